@@ -12,6 +12,9 @@ from conformance import SPEC_VERSION, SUITE_VERSION
 # Each module defines `register(subparsers) -> None`, which adds its sub-parser and sets
 # `func=<callable(args) -> int>` as the parser default.
 COMMAND_MODULES = (
+    "conformance.commands.check",
+    "conformance.commands.spec",
+    "conformance.commands.repro",
     "conformance.commands.tiny_policy",
 )
 

@@ -1,0 +1,71 @@
+"""Finding an adapter by built-in name, by `module:attribute` path, or by the `rlspec.adapters`
+entry-point group."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
+
+ENTRY_POINT_GROUP = "rlspec.adapters"
+
+# name -> "module:factory"; factories are imported only when asked for, so a missing optional
+# framework never breaks the others.
+BUILTIN_ADAPTERS: dict[str, str] = {
+    "oracle": "conformance.adapters.builtin:oracle_adapter",
+    "refimpl": "conformance.adapters.builtin:refimpl_adapter",
+}
+
+
+class AdapterLoadError(Exception):
+    """The adapter could not be found or imported (the message says which and why)."""
+
+
+def _resolve(path: str) -> Any:
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise AdapterLoadError(f"adapter path {path!r}: expected 'package.module:attribute'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AdapterLoadError(f"adapter {path!r}: cannot import {module_name!r}: {exc}") from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError as exc:
+        raise AdapterLoadError(f"adapter {path!r}: {module_name!r} has no attribute {attr!r}") from exc
+    return obj
+
+
+def _instantiate(obj: Any) -> Any:
+    """A class or a zero-argument factory is called; anything else is the adapter itself."""
+    if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "name")):
+        obj = obj()
+    for attribute in ("name", "version", "spec_version", "array_api"):
+        if not hasattr(obj, attribute):
+            raise AdapterLoadError(f"adapter {obj!r} lacks the required attribute {attribute!r}")
+    if obj.array_api not in ("torch", "numpy"):
+        raise AdapterLoadError(
+            f"adapter {obj.name!r}: array_api must be 'torch' or 'numpy', got {obj.array_api!r}"
+        )
+    return obj
+
+
+def installed_entry_points() -> dict[str, Callable[[], Any]]:
+    return {ep.name: ep.load for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_adapter(spec: str) -> Any:
+    """Adapter from a built-in name, an entry-point name or a `module:attribute` path."""
+    if spec in BUILTIN_ADAPTERS:
+        return _instantiate(_resolve(BUILTIN_ADAPTERS[spec]))
+    plugins = installed_entry_points()
+    if spec in plugins:
+        try:
+            return _instantiate(plugins[spec]())
+        except ImportError as exc:
+            raise AdapterLoadError(f"adapter {spec!r} (entry point): {exc}") from exc
+    if ":" in spec:
+        return _instantiate(_resolve(spec))
+    known = sorted(set(BUILTIN_ADAPTERS) | set(plugins))
+    raise AdapterLoadError(f"unknown adapter {spec!r}; known: {', '.join(known)} or 'module:attribute'")

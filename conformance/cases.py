@@ -1,0 +1,510 @@
+"""Input generators for every quantity: realistic RL batches, built from one integer seed.
+
+A generator takes a `numpy.random.Generator` and returns a `Case`: the positional arguments in the
+order of the spec function, the keyword arguments, and which arguments carry a gradient. Everything
+about a case (shapes, padding side, ties, extremes) comes from the seed, so `(spec id, function,
+seed)` reproduces it exactly; Hypothesis drives the seeds (`strategy`) and pins regressions with
+`@example(seed)`.
+
+What the generators produce, on purpose:
+- ragged masks with left and right padding, prompt tokens before the completion, rows with no valid
+  token, single-token completions, multi-turn gaps (a masked tool token inside a completion);
+- pad == eos rows (padding holds the EOS id; the mask still comes from positions) and rows with no
+  EOS (truncated);
+- logits up to +-30, temperatures other than 1;
+- old / reference log-probs near (on-policy noise) and far (several nats) from the current ones;
+- groups with ties, all-equal groups, size-1 groups, rewards with a large offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+
+TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
+EOS_ID = 0
+
+
+@dataclass
+class Case:
+    """One input of one quantity: positional args (in order), keyword args, gradient arguments."""
+
+    function: str
+    args: dict[str, Any]
+    kwargs: dict[str, Any]
+    grad_args: tuple[str, ...] = ()
+    seed: int | None = None
+    note: str = ""
+    upstream_seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def shapes(self) -> str:
+        parts = []
+        for name, value in self.args.items():
+            if isinstance(value, np.ndarray):
+                parts.append(f"{name}={list(value.shape)}")
+            else:
+                parts.append(f"{name}={value!r}")
+        return ", ".join(parts)
+
+
+def is_float_array(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and value.dtype.kind == "f"
+
+
+def round_to(value: np.ndarray, dtype: str) -> np.ndarray:
+    """The float64 values that an array takes once stored in `dtype` (round to nearest even)."""
+    return torch.from_numpy(np.ascontiguousarray(value, dtype=np.float64)).to(
+        TORCH_DTYPES[dtype]
+    ).to(torch.float64).numpy()
+
+
+def rounded_args(case: Case, dtype: str) -> dict[str, Any]:
+    """Float arrays rounded to `dtype` and held in float64: what the oracle sees."""
+    return {k: round_to(v, dtype) if is_float_array(v) else v for k, v in case.args.items()}
+
+
+def torch_args(rounded: dict[str, Any], dtype: str, grad_args: tuple[str, ...]) -> dict[str, Any]:
+    """The same rounded values as torch tensors of `dtype` (what a torch implementation sees)."""
+    out: dict[str, Any] = {}
+    for name, value in rounded.items():
+        if is_float_array(value):
+            t = torch.tensor(value, dtype=TORCH_DTYPES[dtype])
+            out[name] = t.requires_grad_(name in grad_args)
+        elif isinstance(value, np.ndarray):
+            out[name] = torch.from_numpy(value.copy())
+        else:
+            out[name] = value
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Building blocks
+# ---------------------------------------------------------------------------------------------
+
+
+def ragged_mask(rng: np.random.Generator, B: int, T: int, *, empty_rows: bool = True) -> np.ndarray:
+    """[B, T] completion mask: per row a left- or right-padded [prompt | completion] span."""
+    mask = np.zeros((B, T), dtype=bool)
+    for b in range(B):
+        length = int(rng.integers(2, T + 1)) if T >= 2 else 1
+        start = T - length if rng.random() < 0.5 else 0  # left padding puts content at the end
+        prompt = int(rng.integers(1, length)) if length >= 2 else 1
+        completion = length - prompt
+        if empty_rows and rng.random() < 0.08:
+            completion = 0
+        mask[b, start + prompt : start + prompt + completion] = True
+        span = np.flatnonzero(mask[b])
+        if span.size >= 3 and rng.random() < 0.2:  # a masked tool token inside the completion
+            mask[b, int(rng.choice(span[1:-1]))] = False
+    if not empty_rows and not mask.any():
+        mask[:, -1] = True
+    return mask
+
+
+def token_ids(rng: np.random.Generator, mask: np.ndarray, V: int) -> np.ndarray:
+    """Token ids; some rows end with EOS and pad with EOS (pad == eos), others are truncated."""
+    ids = rng.integers(0, V, size=mask.shape).astype(np.int64)
+    for b in range(mask.shape[0]):
+        valid = np.flatnonzero(mask[b])
+        if valid.size and rng.random() < 0.5:
+            last = int(valid[-1])
+            ids[b, last] = EOS_ID
+            ids[b, last + 1 :] = EOS_ID  # right padding with the EOS id
+    return ids
+
+
+def logits_like(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    scale = float(rng.choice([0.5, 2.0, 6.0, 15.0]))
+    z = rng.normal(0.0, scale, size=shape)
+    if rng.random() < 0.3:  # one very confident prediction per row
+        z[..., int(rng.integers(0, shape[-1]))] += float(rng.choice([-30.0, 30.0]))
+    return np.clip(z, -30.0, 30.0)
+
+
+def logprobs_like(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return -np.abs(rng.normal(0.0, float(rng.choice([0.3, 1.5, 4.0])), size=shape)) - 1e-3
+
+
+def nearby(rng: np.random.Generator, logp: np.ndarray) -> np.ndarray:
+    """Old or reference log-probs near (on-policy noise) or far from `logp`."""
+    scale = float(rng.choice([0.0, 0.02, 0.1, 0.4, 2.0]))
+    return logp + rng.normal(0.0, scale, size=logp.shape)
+
+
+def advantages_like(rng: np.random.Generator, B: int, T: int) -> np.ndarray:
+    if rng.random() < 0.5:
+        return rng.normal(0.0, 1.0, size=B)
+    return rng.normal(0.0, 1.0, size=(B, T))
+
+
+def group_rewards(rng: np.random.Generator, B: int, G: int) -> np.ndarray:
+    kind = rng.choice(["binary", "integer", "continuous", "offset"])
+    if kind == "binary":
+        r = rng.integers(0, 2, size=B).astype(np.float64)
+    elif kind == "integer":
+        r = rng.integers(0, 4, size=B).astype(np.float64)
+    elif kind == "continuous":
+        r = rng.normal(0.0, 1.0, size=B)
+    else:
+        r = 10.0 + rng.integers(0, 4, size=B)
+    for g in range(B // G):
+        if rng.random() < 0.25:  # an all-equal group
+            r[g * G : (g + 1) * G] = r[g * G]
+    return r
+
+
+def batch_dims(rng: np.random.Generator, max_B: int = 5, max_T: int = 10) -> tuple[int, int]:
+    return int(rng.integers(1, max_B + 1)), int(rng.integers(2, max_T + 1))
+
+
+def group_dims(rng: np.random.Generator) -> tuple[int, int]:
+    G = int(rng.choice([1, 2, 3, 4, 8]))
+    return G * int(rng.integers(1, 4)), G
+
+
+def temperature(rng: np.random.Generator) -> float:
+    return float(rng.choice([1.0, 1.0, 0.5, 0.7, 1.3]))
+
+
+# ---------------------------------------------------------------------------------------------
+# One generator per function
+# ---------------------------------------------------------------------------------------------
+
+
+def case_token_logprobs(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng)
+    V = int(rng.integers(2, 13))
+    mask = ragged_mask(rng, B, T)
+    return Case(
+        "token_logprobs",
+        {"logits": logits_like(rng, (B, T, V)), "input_ids": token_ids(rng, mask, V), "mask": mask},
+        {"temperature": temperature(rng)},
+        grad_args=("logits",),
+    )
+
+
+def case_token_entropy(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng)
+    V = int(rng.integers(2, 13))
+    mask = ragged_mask(rng, B, T)
+    return Case(
+        "token_entropy",
+        {"logits": logits_like(rng, (B, T, V)), "mask": mask},
+        {"temperature": temperature(rng)},
+        grad_args=("logits",),
+    )
+
+
+def _hidden_case(rng: np.random.Generator) -> tuple[dict[str, Any], np.ndarray]:
+    B, T = batch_dims(rng)
+    V = int(rng.integers(2, 40))
+    D = int(rng.integers(1, 9))
+    mask = ragged_mask(rng, B, T)
+    hidden = rng.normal(0.0, 1.0, size=(B, T, D))
+    weight = rng.normal(0.0, float(rng.choice([0.5, 2.0])), size=(V, D))
+    return {"hidden": hidden, "weight": weight}, mask
+
+
+def case_token_logprobs_from_hidden(rng: np.random.Generator) -> Case:
+    arrays, mask = _hidden_case(rng)
+    V = arrays["weight"].shape[0]
+    return Case(
+        "token_logprobs_from_hidden",
+        {**arrays, "input_ids": token_ids(rng, mask, V), "mask": mask},
+        {"temperature": temperature(rng)},
+        grad_args=("hidden", "weight"),
+    )
+
+
+def case_token_entropy_from_hidden(rng: np.random.Generator) -> Case:
+    arrays, mask = _hidden_case(rng)
+    return Case(
+        "token_entropy_from_hidden",
+        {**arrays, "mask": mask},
+        {"temperature": temperature(rng)},
+        grad_args=("hidden", "weight"),
+    )
+
+
+def case_reinforce_advantages(rng: np.random.Generator) -> Case:
+    B = int(rng.integers(1, 9))
+    return Case(
+        "reinforce_advantages",
+        {"rewards": group_rewards(rng, B, 1)},
+        {"baseline": str(rng.choice(["none", "batch_mean"]))},
+    )
+
+
+def case_rloo_advantages(rng: np.random.Generator) -> Case:
+    B, G = group_dims(rng)
+    return Case("rloo_advantages", {"rewards": group_rewards(rng, B, G), "group_size": G}, {})
+
+
+def case_grpo_advantages(rng: np.random.Generator) -> Case:
+    B, G = group_dims(rng)
+    return Case(
+        "grpo_advantages",
+        {"rewards": group_rewards(rng, B, G), "group_size": G},
+        {
+            "scale": str(rng.choice(["group", "batch", "none"])),
+            "std_ddof": int(rng.choice([0, 1])),
+            "eps": float(rng.choice([0.0, 1e-9, 1e-6, 1e-4])),
+            "singleton": str(rng.choice(["zero", "raw"])),
+        },
+    )
+
+
+def case_rlhf_token_rewards(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    logp = logprobs_like(rng, (B, T))
+    return Case(
+        "rlhf_token_rewards",
+        {
+            "scores": rng.normal(0.0, 2.0, size=B),
+            "logp": logp,
+            "ref_logp": nearby(rng, logp),
+            "mask": mask,
+        },
+        {
+            "kl_coef": float(rng.choice([0.0, 0.01, 0.05, 0.5])),
+            "estimator": str(rng.choice(["k1", "k2", "k3"])),
+        },
+    )
+
+
+def case_gae(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng, max_T=16)
+    mask = ragged_mask(rng, B, T)
+    return Case(
+        "gae",
+        {
+            "token_rewards": rng.normal(0.0, 1.0, size=(B, T)),
+            "values": rng.normal(0.0, 2.0, size=(B, T)),
+            "mask": mask,
+        },
+        {
+            "gamma": float(rng.choice([1.0, 0.99, 0.9])),
+            "lam": float(rng.choice([1.0, 0.95, 0.5, 0.0])),
+        },
+    )
+
+
+def case_whiten(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    return Case(
+        "whiten",
+        {"x": rng.normal(float(rng.choice([0.0, 5.0])), 2.0, size=(B, T)), "mask": mask},
+        {
+            "shift_mean": bool(rng.random() < 0.7),
+            "std_ddof": int(rng.choice([0, 1])),
+            "eps": float(rng.choice([1e-8, 1e-6])),
+        },
+    )
+
+
+def case_kl_penalty(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    logp = logprobs_like(rng, (B, T))
+    return Case(
+        "kl_penalty",
+        {"logp": logp, "ref_logp": nearby(rng, logp), "mask": mask},
+        {
+            "estimator": str(rng.choice(["k1", "k2", "k3"])),
+            "log_ratio_clamp": rng.choice([None, 20.0, 1.0]),
+            "clamp": rng.choice([None, 10.0, 0.5]),
+        },
+        grad_args=("logp",),
+    )
+
+
+def case_pg_token_loss(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    return Case(
+        "pg_token_loss",
+        {"logp": logprobs_like(rng, (B, T)), "advantages": advantages_like(rng, B, T), "mask": mask},
+        {},
+        grad_args=("logp",),
+    )
+
+
+def _policy_args(rng: np.random.Generator) -> dict[str, Any]:
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    logp = logprobs_like(rng, (B, T))
+    return {
+        "logp": logp,
+        "old_logp": nearby(rng, logp),
+        "advantages": advantages_like(rng, B, T),
+        "mask": mask,
+    }
+
+
+def case_ppo_token_loss(rng: np.random.Generator) -> Case:
+    eps_low = float(rng.choice([0.2, 0.1]))
+    return Case(
+        "ppo_token_loss",
+        _policy_args(rng),
+        {
+            "eps_low": eps_low,
+            "eps_high": float(rng.choice([eps_low, 0.28])),
+            "dual_clip": rng.choice([None, 3.0]),
+            "log_ratio_clamp": rng.choice([None, 20.0]),
+        },
+        grad_args=("logp",),
+    )
+
+
+def case_gspo_token_loss(rng: np.random.Generator) -> Case:
+    eps = [(3e-4, 4e-4), (0.2, 0.2), (0.05, 0.1)][int(rng.integers(0, 3))]
+    return Case(
+        "gspo_token_loss",
+        _policy_args(rng),
+        {"eps_low": eps[0], "eps_high": eps[1], "form": str(rng.choice(["sequence", "token_sg"]))},
+        grad_args=("logp",),
+    )
+
+
+def case_cispo_token_loss(rng: np.random.Generator) -> Case:
+    bound = str(rng.choice(["relative", "absolute"]))
+    return Case(
+        "cispo_token_loss",
+        _policy_args(rng),
+        {
+            "eps_low": rng.choice([None, 0.2]),
+            "eps_high": float(rng.choice([0.28, 2.0])) if bound == "relative" else 5.0,
+            "bound": bound,
+        },
+        grad_args=("logp",),
+    )
+
+
+def case_value_token_loss(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    values = rng.normal(0.0, 2.0, size=(B, T))
+    return Case(
+        "value_token_loss",
+        {
+            "values": values,
+            "old_values": values + rng.normal(0.0, float(rng.choice([0.0, 0.1, 1.0])), size=(B, T)),
+            "returns": rng.normal(0.0, 2.0, size=(B, T)),
+            "mask": mask,
+        },
+        {"clip": rng.choice([None, 0.2, 0.5])},
+        grad_args=("values",),
+    )
+
+
+AGG_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_sum")
+
+
+def case_aggregate(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    mode = str(rng.choice(AGG_MODES))
+    kwargs: dict[str, Any] = {"mode": mode}
+    if mode == "seq_mean_token_sum_norm":
+        kwargs["norm_length"] = float(rng.choice([T, 16, 4096]))
+    return Case(
+        "aggregate",
+        {"token_loss": rng.normal(0.0, 1.0, size=(B, T)), "mask": mask},
+        kwargs,
+        grad_args=("token_loss",),
+    )
+
+
+GENERATORS: dict[str, Callable[[np.random.Generator], Case]] = {
+    "token_logprobs": case_token_logprobs,
+    "token_entropy": case_token_entropy,
+    "token_logprobs_from_hidden": case_token_logprobs_from_hidden,
+    "token_entropy_from_hidden": case_token_entropy_from_hidden,
+    "reinforce_advantages": case_reinforce_advantages,
+    "rloo_advantages": case_rloo_advantages,
+    "grpo_advantages": case_grpo_advantages,
+    "rlhf_token_rewards": case_rlhf_token_rewards,
+    "gae": case_gae,
+    "whiten": case_whiten,
+    "kl_penalty": case_kl_penalty,
+    "pg_token_loss": case_pg_token_loss,
+    "ppo_token_loss": case_ppo_token_loss,
+    "gspo_token_loss": case_gspo_token_loss,
+    "cispo_token_loss": case_cispo_token_loss,
+    "value_token_loss": case_value_token_loss,
+    "aggregate": case_aggregate,
+}
+
+
+def make_case(function: str, seed: int) -> Case:
+    """The case of `function` that `seed` names (the reproduction entry point)."""
+    rng = np.random.default_rng(seed)
+    case = GENERATORS[function](rng)
+    case.seed = seed
+    case.upstream_seed = int(rng.integers(0, 2**31 - 1))
+    return case
+
+
+SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
+
+
+def strategy(function: str) -> st.SearchStrategy[Case]:
+    """Hypothesis strategy of cases of `function` (drawn through the seed)."""
+    return SEEDS.map(lambda seed: make_case(function, seed))
+
+
+# ---------------------------------------------------------------------------------------------
+# Metamorphic transformations of a case
+# ---------------------------------------------------------------------------------------------
+
+POISON = (np.nan, np.inf, -np.inf, 1e30, -1e30)
+
+
+def unused_positions(name: str, mask: np.ndarray) -> np.ndarray:
+    """[B, T] positions of argument `name` that the spec says never matter.
+
+    Token-aligned arrays are unused where the mask is False; `logits` / `hidden` row t predicts
+    token t+1, so it is unused where mask[:, t+1] is False (and at the last position).
+    """
+    if name in ("logits", "hidden"):
+        used = np.zeros_like(mask)
+        used[:, :-1] = mask[:, 1:]
+        return ~used
+    return ~mask
+
+
+def plant_masked(case: Case, seed: int) -> Case:
+    """The same case with NaN, +-inf and +-1e30 written at every position that must not matter."""
+    rng = np.random.default_rng(seed)
+    mask = case.args.get("mask")
+    if mask is None:
+        return case
+    args = dict(case.args)
+    for name, value in case.args.items():
+        if not is_float_array(value) or value.shape[:2] != mask.shape:
+            continue
+        unused = unused_positions(name, mask)
+        poisoned = value.copy()
+        picks = rng.integers(0, len(POISON), size=poisoned.shape)
+        poison = np.asarray(POISON)[picks]
+        where = unused.reshape(unused.shape + (1,) * (value.ndim - 2))
+        poisoned = np.where(np.broadcast_to(where, value.shape), poison, poisoned)
+        args[name] = poisoned
+    return Case(case.function, args, dict(case.kwargs), case.grad_args, case.seed, "masked positions poisoned", case.upstream_seed)
+
+
+def on_policy(case: Case) -> Case:
+    """The same case with old / reference log-probs equal to the current ones."""
+    args = dict(case.args)
+    for name in ("old_logp", "ref_logp"):
+        if name in args:
+            args[name] = args["logp"].copy()
+    return Case(case.function, args, dict(case.kwargs), case.grad_args, case.seed, "on-policy", case.upstream_seed)

@@ -1,0 +1,114 @@
+"""`rlspec check`: run the conformance suite against adapters and print the verdict table."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from tqdm import tqdm
+
+from conformance import report as reports
+from conformance.adapters import BUILTIN_ADAPTERS, AdapterLoadError, load_adapter
+from conformance.registry import QuantityInfo, records_for
+from conformance.suite import RowResult, check_row, run_with_timeout, seeds_for
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "check",
+        help="check adapters against the spec and print a table",
+        description="Check adapters against the spec. With no --adapter, every built-in adapter "
+        "whose framework is installed.",
+    )
+    p.add_argument("--adapter", action="append", default=None, metavar="NAME|module:attr",
+                   help="adapter to check (repeatable): built-in name, entry point or module:attribute")
+    p.add_argument("--only", action="append", default=None, metavar="GLOB",
+                   help="spec id or function glob, e.g. 'adv.*' or 'loss.ppo' (repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="base seed of the property cases (default 0)")
+    p.add_argument("--n-seeds", type=int, default=8, help="property cases per quantity (default 8)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per (quantity, adapter) row")
+    p.add_argument("--json", metavar="PATH", help="write the JSON report (schema report-v1)")
+    p.add_argument("--junit", metavar="PATH", help="write a JUnit XML report")
+    p.add_argument("--markdown", metavar="PATH", help="write a Markdown report")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def selected_records(globs: list[str] | None) -> list[QuantityInfo]:
+    records: list[QuantityInfo] = []
+    for glob in globs or ["*"]:
+        for r in records_for(glob):
+            if r not in records:
+                records.append(r)
+    return records
+
+
+def load_adapters(names: list[str]) -> tuple[list[Any], list[reports.AdapterInfo]]:
+    adapters: list[Any] = []
+    infos: list[reports.AdapterInfo] = []
+    for name in names:
+        try:
+            adapter = load_adapter(name)
+        except AdapterLoadError as exc:
+            status = "not_installed" if "cannot import" in str(exc) else "load_error"
+            infos.append(reports.AdapterInfo(name, "-", "-", status, str(exc)))
+            continue
+        adapters.append(adapter)
+        infos.append(reports.AdapterInfo(adapter.name, str(adapter.version), adapter.spec_version))
+    return adapters, infos
+
+
+def golden_cases(record: QuantityInfo) -> list:
+    """Golden vectors of the record as cases (empty until vectors are published)."""
+    try:
+        from conformance.vectors.golden import cases_for
+    except ImportError:
+        return []
+    return cases_for(record.function)
+
+
+def run_report(adapter_names: list[str], records: list[QuantityInfo], *, seed: int, n_seeds: int,
+               timeout: float, progress: bool) -> reports.Report:
+    adapters, infos = load_adapters(adapter_names)
+    report = reports.Report(seed=seed, n_seeds=n_seeds, adapters=infos)
+    start = time.perf_counter()
+    units = [(r, a) for a in adapters for r in records]
+    bar = tqdm(units, desc="rlspec check", unit="row", disable=not progress, file=sys.stderr, leave=False)
+    for record, adapter in bar:
+        bar.set_postfix_str(f"{adapter.name}:{record.function}")
+        seeds = seeds_for(record.function, seed, n_seeds)
+
+        def on_timeout(record: QuantityInfo = record, adapter: Any = adapter, seeds: list[int] = seeds) -> RowResult:
+            return RowResult(
+                id=f"{record.function}@{adapter.name}", spec_id=record.spec_id, function=record.function,
+                adapter=adapter.name, status="error", seeds=seeds,
+                message=f"timed out after {timeout:g}s (per-row limit, --timeout)",
+            )
+
+        t0 = time.perf_counter()
+        row = run_with_timeout(
+            lambda: check_row(record, adapter, seeds=seeds, golden=golden_cases(record)),
+            timeout,
+            on_timeout,
+        )
+        row.seconds = time.perf_counter() - t0
+        report.rows.append(row)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def run(args: argparse.Namespace) -> int:
+    names = args.adapter or list(BUILTIN_ADAPTERS)
+    report = run_report(
+        names,
+        selected_records(args.only),
+        seed=args.seed,
+        n_seeds=args.n_seeds,
+        timeout=args.timeout,
+        progress=not args.no_progress and sys.stderr.isatty(),
+    )
+    print(reports.render_table(report))
+    reports.write_outputs(report, json_path=args.json, junit_path=args.junit, markdown_path=args.markdown)
+    return 0 if report.ok else 1

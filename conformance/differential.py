@@ -1,0 +1,196 @@
+"""Run one quantity on one case through an adapter and compare value and gradient with the oracle.
+
+This is the single mechanism behind the refimpl property tests, the golden-vector checks and
+`rlspec check`: the oracle runs in float64 on exactly the rounded inputs the adapter saw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from conformance import cases
+from conformance.compare import Mismatch, compare
+from conformance.registry import QuantityInfo
+from conformance.tolerances import tolerance
+
+NUMPY_DTYPES = {"float64": np.float64, "float32": np.float32}
+
+
+@dataclass
+class Outcome:
+    """The result of one (quantity, adapter, dtype, case) comparison."""
+
+    status: str  # "pass", "fail", "error", "not_implemented", "ill_conditioned", "unsupported"
+    record: QuantityInfo
+    adapter: str
+    dtype: str
+    case: cases.Case
+    kwargs: dict[str, Any]
+    mismatches: list[Mismatch] = field(default_factory=list)
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    message: str = ""
+    grad_checked: bool = False
+
+    def header(self) -> str:
+        return (
+            f"[{self.record.function} | spec {self.record.spec_id} | adapter={self.adapter} | "
+            f"{self.dtype}]"
+        )
+
+    def repro(self) -> str:
+        return (
+            f"rlspec repro {self.record.function} --seed {self.case.seed} --dtype {self.dtype} "
+            f"--adapter {self.adapter}"
+            + "".join(f" --kw {k}={v!r}" for k, v in self.kwargs.items())
+        )
+
+    def report(self) -> str:
+        lines = [
+            self.header(),
+            f"inputs: {self.case.shapes()}; keywords: {self.kwargs}",
+        ]
+        lines += [m.describe() for m in self.mismatches]
+        if self.message:
+            lines.append(self.message)
+        lines.append(f"Reproduce: {self.repro()}")
+        return "\n".join(lines)
+
+
+def _to_numpy(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().to(torch.float64).cpu().numpy()
+    if isinstance(value, (tuple, list)):
+        return tuple(_to_numpy(v) for v in value)
+    return np.asarray(value, dtype=np.float64)
+
+
+def _upstream(shape: tuple[int, ...], seed: int, dtype: str) -> np.ndarray:
+    g = np.random.default_rng(seed).normal(0.0, 1.0, size=shape)
+    return cases.round_to(g, dtype)
+
+
+def _call_torch(fn: Any, rounded: dict[str, Any], kwargs: dict[str, Any], dtype: str, grad_args: tuple[str, ...]) -> tuple[Any, dict[str, torch.Tensor]]:
+    targs = cases.torch_args(rounded, dtype, grad_args)
+    out = fn(*targs.values(), **kwargs)
+    return out, {name: targs[name] for name in grad_args}
+
+
+def _call_numpy(fn: Any, rounded: dict[str, Any], kwargs: dict[str, Any], dtype: str) -> Any:
+    np_dtype = NUMPY_DTYPES[dtype]
+    args = [v.astype(np_dtype) if cases.is_float_array(v) else v for v in rounded.values()]
+    return fn(*args, **kwargs)
+
+
+def _as_tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def run_case(
+    record: QuantityInfo,
+    adapter: Any,
+    case: cases.Case,
+    dtype: str,
+    kwargs: dict[str, Any] | None = None,
+    oracle_kwargs: dict[str, Any] | None = None,
+) -> Outcome:
+    """Compare `adapter.<function>(**kwargs)` with `oracle.<function>(**oracle_kwargs)` on `case`
+    rounded to `dtype` (both keyword sets default to the case's own)."""
+    kw = dict(case.kwargs if kwargs is None else kwargs)
+    okw = dict(kw if oracle_kwargs is None else oracle_kwargs)
+    outcome = Outcome("pass", record, getattr(adapter, "name", "?"), dtype, case, kw)
+    fn = getattr(adapter, record.function, None)
+    if fn is None:
+        outcome.status = "not_implemented"
+        outcome.message = f"{record.function} is not implemented by adapter {outcome.adapter!r}"
+        return outcome
+    default_dtypes = ("float64", "float32", "bfloat16") if adapter.array_api == "torch" else ("float64", "float32")
+    if dtype not in getattr(adapter, "dtypes", default_dtypes):
+        outcome.status = "unsupported"
+        return outcome
+    rounded = cases.rounded_args(case, dtype)
+    if record.well_conditioned is not None and not record.well_conditioned(rounded, okw):
+        outcome.status = "ill_conditioned"
+        return outcome
+
+    expected = _as_tuple(record.oracle(*rounded.values(), **okw))
+    wants_grad = bool(record.grad_args) and getattr(adapter, "supports_grad", True)
+    try:
+        if adapter.array_api == "torch":
+            raw, grad_inputs = _call_torch(fn, rounded, kw, dtype, record.grad_args if wants_grad else ())
+        else:
+            raw, grad_inputs = _call_numpy(fn, rounded, kw, dtype), {}
+        actual = _as_tuple(_to_numpy(raw))
+    except Exception as exc:  # an adapter error is a result, not a crash of the suite
+        outcome.status = "error"
+        outcome.message = f"{type(exc).__name__}: {exc}"
+        return outcome
+
+    names = ("advantages", "returns") if record.output == "pair" else ("value",)
+    if len(actual) != len(expected):
+        outcome.status = "fail"
+        outcome.message = f"returned {len(actual)} outputs, the spec has {len(expected)}"
+        return outcome
+    tol = tolerance(record.spec_id, dtype, "value")
+    for name, a, e in zip(names, actual, expected):
+        _record(outcome, compare(a, e, tol, what=name), a, e)
+
+    if wants_grad:
+        upstream = _upstream(np.shape(expected[0]), case.upstream_seed, dtype)
+        if record.output == "scalar":
+            upstream = float(upstream)
+        expected_grads = _as_tuple(record.oracle_grad(*rounded.values(), upstream, **okw))
+        try:
+            actual_grads = _adapter_grads(adapter, fn, raw, grad_inputs, rounded, kw, upstream, dtype, record)
+        except Exception as exc:
+            outcome.status = "error"
+            outcome.message = f"gradient: {type(exc).__name__}: {exc}"
+            return outcome
+        if actual_grads is not None:
+            outcome.grad_checked = True
+            gtol = tolerance(record.spec_id, dtype, "grad")
+            for name, a, e in zip(record.grad_args, actual_grads, expected_grads):
+                _record(outcome, compare(a, e, gtol, what=f"grad[{name}]"), a, e)
+    if outcome.mismatches:
+        outcome.status = "fail"
+    return outcome
+
+
+def _adapter_grads(adapter: Any, fn: Any, raw: Any, grad_inputs: dict[str, torch.Tensor], rounded: dict[str, Any], kw: dict[str, Any], upstream: Any, dtype: str, record: QuantityInfo) -> tuple[np.ndarray, ...] | None:
+    if adapter.array_api == "torch":
+        out = raw
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"expected a torch.Tensor output, got {type(out).__name__}")
+        inputs = [grad_inputs[n] for n in record.grad_args]
+        if not out.requires_grad:  # no graph at all: the gradient the caller would get is zero
+            return tuple(np.zeros(t.shape) for t in inputs)
+        g = torch.as_tensor(upstream, dtype=out.dtype)
+        grads = torch.autograd.grad(out, inputs, grad_outputs=g, allow_unused=True)
+        return tuple(
+            np.zeros(t.shape) if d is None else d.detach().to(torch.float64).numpy()
+            for t, d in zip(inputs, grads)
+        )
+    grad_fn = getattr(adapter, f"{record.function}_grad", None)
+    if grad_fn is None:
+        return None
+    np_dtype = NUMPY_DTYPES[dtype]
+    args = [v.astype(np_dtype) if cases.is_float_array(v) else v for v in rounded.values()]
+    return tuple(np.asarray(g, dtype=np.float64) for g in _as_tuple(grad_fn(*args, upstream, **kw)))
+
+
+def _record(outcome: Outcome, mismatch: Mismatch | None, actual: Any, expected: Any) -> None:
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    if a.shape == e.shape and a.size:
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(a - e)
+            diff = np.where(np.isnan(a) & np.isnan(e), 0.0, diff)
+            rel = np.where(diff == 0, 0.0, diff / np.maximum(np.abs(e), 1e-300))
+        outcome.max_abs = max(outcome.max_abs, float(np.nanmax(np.where(np.isnan(diff), np.inf, diff))))
+        outcome.max_rel = max(outcome.max_rel, float(np.nanmax(np.where(np.isnan(rel), np.inf, rel))))
+    if mismatch is not None:
+        outcome.mismatches.append(mismatch)

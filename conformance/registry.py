@@ -1,0 +1,264 @@
+"""The registry: one record per quantity of the spec, in the style of PyTorch's OpInfo.
+
+Why: every test and every conformance check iterates this table, so adding a quantity to rlspec is
+adding one record here (plus its oracle function, refimpl function and case generator); nothing
+else needs to know the list.
+
+What a record holds:
+- `function` / `spec_id`: the core-API name and the section of the spec it implements;
+- `oracle`, `oracle_grad`, `refimpl`: the three implementations looked up by name;
+- `grad_args`: the arguments the gradient is taken with respect to (empty: no gradient in the spec);
+- `strategy()`: Hypothesis strategy of realistic inputs (`conformance.cases`);
+- `dtypes`: input dtypes the refimpl is tested in;
+- `invariants`: names of the metamorphic properties that apply (see `INVARIANTS`);
+- `presets`: keyword sets from `oracle.presets.PRESETS` that apply to this function;
+- `question`: the keywords a conformance check passes to an adapter (what is asked: the estimator,
+  the clip range, the aggregation mode); every other keyword is left at its canonical default;
+- `variants`: the keyword grid the fingerprinting search walks when a check fails (the oracle is
+  re-run with these overrides; the adapter's call stays the same);
+- `well_conditioned(args, kwargs)`: False for inputs within rounding distance of a kink (a clip
+  boundary), where the gradient is not defined to the precision being compared.
+
+What is tested automatically for every record: refimpl vs oracle value and gradient in every dtype,
+every preset, every listed invariant (tests/refimpl), golden vectors (conformance/vectors) and the
+`rlspec check` runs against adapters.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+import oracle
+import refimpl
+from conformance import cases
+
+INVARIANTS = {
+    "mask": "values planted at masked positions (NaN, +-inf, 1e30) change no valid output or gradient",
+    "group_permutation": "permuting the members of a group permutes the outputs the same way",
+    "on_policy": "old == current log-probs give ratio 1 (no clipping) and ref == current gives KL 0",
+    "partition": "splitting the batch into micro-batches with global counts sums to the whole",
+}
+
+
+@dataclass(frozen=True)
+class QuantityInfo:
+    function: str
+    spec_id: str
+    grad_args: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ("float64", "float32", "bfloat16")
+    invariants: tuple[str, ...] = ("mask",)
+    question: tuple[str, ...] = ()
+    variants: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    well_conditioned: Callable[[dict[str, Any], dict[str, Any]], bool] | None = None
+    output: str = "array"  # "array", "pair" (gae) or "scalar" (aggregate)
+
+    @property
+    def oracle(self) -> Callable[..., Any]:
+        return getattr(oracle, self.function)
+
+    @property
+    def oracle_grad(self) -> Callable[..., Any] | None:
+        return getattr(oracle, f"{self.function}_grad", None) if self.grad_args else None
+
+    @property
+    def refimpl(self) -> Callable[..., Any]:
+        return getattr(refimpl, self.function)
+
+    @property
+    def presets(self) -> dict[str, dict[str, Any]]:
+        return {
+            name: table[self.function]
+            for name, table in oracle.PRESETS.items()
+            if self.function in table
+        }
+
+    def strategy(self) -> st.SearchStrategy[cases.Case]:
+        return cases.strategy(self.function)
+
+    def question_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The part of a case's keywords that a conformance check asks an adapter for."""
+        return {k: v for k, v in kwargs.items() if k in self.question}
+
+    def variant_kwargs(self) -> Iterator[dict[str, Any]]:
+        """Every keyword combination of the variant grid (presets first)."""
+        yield from self.presets.values()
+        names = list(self.variants)
+        for values in itertools.product(*(self.variants[n] for n in names)):
+            yield dict(zip(names, values))
+
+
+# ---------------------------------------------------------------------------------------------
+# Conditioning: keep compared gradients away from kinks (the spec's tie rule decides exact ties;
+# inputs within rounding distance of a kink cannot be compared across precisions).
+# ---------------------------------------------------------------------------------------------
+
+MARGIN = 1e-4
+
+
+def _far(x: np.ndarray, kinks: list[float]) -> bool:
+    return all(np.all(np.abs(x - k) > MARGIN * max(1.0, abs(k))) for k in kinks)
+
+
+def _ratio(args: dict[str, Any], clamp: float | None = None) -> np.ndarray:
+    d = (args["logp"] - args["old_logp"])[args["mask"]]
+    if clamp is not None:
+        d = np.clip(d, -clamp, clamp)
+    return np.exp(d)
+
+
+def _ppo_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    d = (args["logp"] - args["old_logp"])[args["mask"]]
+    kinks = [1 - kw.get("eps_low", 0.2), 1 + kw.get("eps_high", 0.2)]
+    if kw.get("dual_clip") is not None:
+        kinks.append(kw["dual_clip"])
+    clamp = kw.get("log_ratio_clamp")
+    far_clamp = clamp is None or _far(d, [-clamp, clamp])
+    return far_clamp and _far(_ratio(args, clamp), kinks)
+
+
+def _gspo_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    mask = args["mask"]
+    d = np.where(mask, args["logp"] - np.where(mask, args["old_logp"], 0.0), 0.0)
+    n = mask.sum(axis=1)
+    s = np.exp(d.sum(axis=1)[n > 0] / n[n > 0])
+    return _far(s, [1 - kw.get("eps_low", 3e-4), 1 + kw.get("eps_high", 4e-4)])
+
+
+def _kl_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    d = (args["logp"] - args["ref_logp"])[args["mask"]]
+    if kw.get("log_ratio_clamp") is not None:
+        c = kw["log_ratio_clamp"]
+        if not _far(d, [-c, c]):
+            return False
+        d = np.clip(d, -c, c)
+    if kw.get("clamp") is not None:
+        est = kw.get("estimator", "k1")
+        k = {"k1": d, "k2": d * d / 2, "k3": np.expm1(-d) + d}[est]
+        return _far(k, [-kw["clamp"], kw["clamp"]])
+    return True
+
+
+def _value_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    if kw.get("clip") is None:
+        return True
+    delta = (args["values"] - args["old_values"])[args["mask"]]
+    return _far(delta, [-kw["clip"], kw["clip"]])
+
+
+REGISTRY: tuple[QuantityInfo, ...] = (
+    QuantityInfo(
+        "token_logprobs", "logprob.token", grad_args=("logits",), question=("temperature",)
+    ),
+    QuantityInfo(
+        "token_entropy", "logprob.entropy", grad_args=("logits",), question=("temperature",)
+    ),
+    QuantityInfo(
+        "token_logprobs_from_hidden",
+        "logprob.fused",
+        grad_args=("hidden", "weight"),
+        question=("temperature",),
+    ),
+    QuantityInfo(
+        "token_entropy_from_hidden",
+        "logprob.fused",
+        grad_args=("hidden", "weight"),
+        question=("temperature",),
+    ),
+    QuantityInfo(
+        "reinforce_advantages", "adv.reinforce", invariants=(), question=("baseline",)
+    ),
+    QuantityInfo("rloo_advantages", "adv.rloo", invariants=("group_permutation",)),
+    QuantityInfo(
+        "grpo_advantages",
+        "adv.grpo",
+        invariants=("group_permutation",),
+        question=("scale",),
+        variants={
+            "std_ddof": (1, 0),
+            "eps": (1e-6, 0.0, 1e-4, 1e-8, 1e-9),
+            "singleton": ("zero", "raw"),
+        },
+    ),
+    QuantityInfo(
+        "rlhf_token_rewards",
+        "reward.rlhf",
+        invariants=("mask", "on_policy"),
+        question=("kl_coef", "estimator"),
+    ),
+    QuantityInfo("gae", "adv.gae", output="pair", question=("gamma", "lam")),
+    QuantityInfo(
+        "whiten",
+        "adv.whiten",
+        question=("shift_mean",),
+        variants={"std_ddof": (1, 0), "eps": (1e-8, 1e-6, 0.0)},
+    ),
+    QuantityInfo(
+        "kl_penalty",
+        "kl.estimator",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy"),
+        question=("estimator",),
+        variants={"log_ratio_clamp": (None, 20.0, 40.0), "clamp": (None, 10.0)},
+        well_conditioned=_kl_conditioned,
+    ),
+    QuantityInfo("pg_token_loss", "loss.pg", grad_args=("logp",)),
+    QuantityInfo(
+        "ppo_token_loss",
+        "loss.ppo",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy"),
+        question=("eps_low", "eps_high", "dual_clip"),
+        variants={"dual_clip": (None, 3.0), "log_ratio_clamp": (None, 20.0)},
+        well_conditioned=_ppo_conditioned,
+    ),
+    QuantityInfo(
+        "gspo_token_loss",
+        "loss.gspo",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy"),
+        question=("eps_low", "eps_high"),
+        variants={"form": ("sequence", "token_sg")},
+        well_conditioned=_gspo_conditioned,
+    ),
+    QuantityInfo(
+        "cispo_token_loss",
+        "loss.cispo",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy"),
+        question=("eps_low", "eps_high", "bound"),
+    ),
+    QuantityInfo(
+        "value_token_loss",
+        "loss.value",
+        grad_args=("values",),
+        question=("clip",),
+        well_conditioned=_value_conditioned,
+    ),
+    QuantityInfo(
+        "aggregate",
+        "agg",
+        grad_args=("token_loss",),
+        invariants=("mask", "partition"),
+        question=("mode", "norm_length"),
+        output="scalar",
+    ),
+)
+
+BY_FUNCTION: dict[str, QuantityInfo] = {q.function: q for q in REGISTRY}
+
+
+def records_for(spec_glob: str = "*") -> list[QuantityInfo]:
+    """Records whose spec id or function name matches a glob (`adv.*`, `loss.ppo`, `gae`)."""
+    import fnmatch
+
+    return [
+        q
+        for q in REGISTRY
+        if fnmatch.fnmatch(q.spec_id, spec_glob) or fnmatch.fnmatch(q.function, spec_glob)
+    ]

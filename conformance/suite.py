@@ -1,0 +1,207 @@
+"""The conformance run: every check of every selected quantity against one adapter, with variant
+fingerprinting when a check fails.
+
+One *row* is (quantity, adapter). Its checks:
+- `property`: seeded realistic cases, every dtype the adapter supports, only the keywords that the
+  record's `question` names (everything else at the canonical default);
+- `golden`: the published golden vectors of the function;
+- `invariant:mask`: the property cases with NaN / +-inf / 1e30 at positions that must not matter;
+- `invariant:on_policy`: old and reference log-probs equal to the current ones;
+- `preset:<name>`: for adapters that accept every spec keyword (`accepts_variants = True`), the
+  property cases under each preset's keywords.
+A row whose canonical checks fail is then fingerprinted: the oracle is re-run under every preset and
+variant keyword set of the record; if one explains every failing case, the row reports it.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from conformance import cases
+from conformance.differential import Outcome, run_case
+from conformance.registry import QuantityInfo
+
+STATUSES = ("pass", "preset", "fail", "error", "not_implemented")
+
+
+@dataclass
+class RowResult:
+    """The verdict for one (quantity, adapter) row, as the reports print it."""
+
+    id: str
+    spec_id: str
+    function: str
+    adapter: str
+    status: str
+    matched_preset: str | None = None
+    matched_kwargs: dict[str, Any] | None = None
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    message: str = ""
+    consistent_with: list[str] = field(default_factory=list)
+    checks: dict[str, str] = field(default_factory=dict)
+    n_cases: int = 0
+    seeds: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["max_abs_err"] = _finite_or_none(self.max_abs_err)
+        out["max_rel_err"] = _finite_or_none(self.max_rel_err)
+        return out
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if x == x and abs(x) != float("inf") else None
+
+
+def seeds_for(function: str, base_seed: int, n: int) -> list[int]:
+    """Deterministic per-function seeds (the run's `--seed` shifts them all)."""
+    start = zlib.crc32(function.encode()) + 7919 * base_seed
+    return [(start + 104729 * i) % 2**32 for i in range(n)]
+
+
+def _dtypes(record: QuantityInfo, adapter: Any) -> list[str]:
+    default = ("float64", "float32", "bfloat16") if adapter.array_api == "torch" else ("float64", "float32")
+    supported = getattr(adapter, "dtypes", default)
+    return [d for d in record.dtypes if d in supported]
+
+
+@dataclass
+class _Trial:
+    """One comparison to run, and how to re-run it with different oracle keywords."""
+
+    kind: str
+    case: cases.Case
+    dtype: str
+    adapter_kwargs: dict[str, Any]
+
+    def run(self, record: QuantityInfo, adapter: Any, oracle_override: dict[str, Any] | None = None) -> Outcome:
+        okw = dict(self.adapter_kwargs)
+        if oracle_override is not None:
+            okw.update(oracle_override)
+        return run_case(record, adapter, self.case, self.dtype, self.adapter_kwargs, okw)
+
+
+def _trials(record: QuantityInfo, adapter: Any, seeds: list[int], golden: Iterable[cases.Case]) -> list[_Trial]:
+    trials: list[_Trial] = []
+    dtypes = _dtypes(record, adapter)
+    for seed in seeds:
+        case = cases.make_case(record.function, seed)
+        question = record.question_kwargs(case.kwargs)
+        for dtype in dtypes:
+            trials.append(_Trial("property", case, dtype, question))
+        if "mask" in record.invariants and "mask" in case.args:
+            trials.append(_Trial("invariant:mask", cases.plant_masked(case, seed), dtypes[0], question))
+        if "on_policy" in record.invariants:
+            trials.append(_Trial("invariant:on_policy", cases.on_policy(case), dtypes[0], question))
+    for case in golden:
+        trials.append(_Trial("golden", case, "float64", record.question_kwargs(case.kwargs)))
+    return trials
+
+
+def check_row(
+    record: QuantityInfo,
+    adapter: Any,
+    *,
+    seeds: list[int],
+    golden: Iterable[cases.Case] = (),
+) -> RowResult:
+    """Run every check of `record` against `adapter` and fingerprint a failure."""
+    row = RowResult(
+        id=f"{record.function}@{adapter.name}",
+        spec_id=record.spec_id,
+        function=record.function,
+        adapter=adapter.name,
+        status="pass",
+        seeds=list(seeds),
+    )
+    if getattr(adapter, record.function, None) is None:
+        row.status = "not_implemented"
+        row.message = f"{record.function} is not implemented by adapter {adapter.name!r}"
+        return row
+
+    trials = _trials(record, adapter, seeds, golden)
+    outcomes = [(t, t.run(record, adapter)) for t in trials]
+    outcomes = [(t, o) for t, o in outcomes if o.status not in ("ill_conditioned", "unsupported")]
+    if getattr(adapter, "accepts_variants", False):
+        for name, preset_kw in record.presets.items():
+            for seed in seeds:
+                case = cases.make_case(record.function, seed)
+                kw = {**record.question_kwargs(case.kwargs), **preset_kw}
+                trial = _Trial(f"preset:{name}", case, "float32" if "float32" in _dtypes(record, adapter) else "float64", kw)
+                o = trial.run(record, adapter)
+                if o.status not in ("ill_conditioned", "unsupported"):
+                    outcomes.append((trial, o))
+    row.n_cases = len(outcomes)
+    for trial, o in outcomes:
+        row.max_abs_err = max(row.max_abs_err, o.max_abs)
+        row.max_rel_err = max(row.max_rel_err, o.max_rel)
+        previous = row.checks.get(trial.kind, "pass")
+        row.checks[trial.kind] = previous if previous != "pass" else o.status
+
+    errors = [o for _, o in outcomes if o.status == "error"]
+    if errors:
+        row.status = "error"
+        row.message = errors[0].report()
+        return row
+    failing = [(t, o) for t, o in outcomes if o.status == "fail"]
+    if not failing:
+        return row
+    matched = fingerprint(record, adapter, [t for t, _ in outcomes if not t.kind.startswith("preset:")])
+    if matched is not None:
+        names, kwargs = matched
+        row.status = "preset"
+        row.matched_preset = ", ".join(names) if names else None
+        row.matched_kwargs = kwargs
+        label = f"preset {row.matched_preset}" if names else "variant"
+        row.message = f"matches {label} ({_fmt_kwargs(kwargs)}), not canonical"
+        return row
+    row.status = "fail"
+    row.message = failing[0][1].report()
+    return row
+
+
+def fingerprint(record: QuantityInfo, adapter: Any, trials: list[_Trial]) -> tuple[list[str], dict[str, Any]] | None:
+    """The first variant keyword set under which every canonical trial passes, with the names of
+    the presets that use exactly those keywords."""
+    seen: list[dict[str, Any]] = []
+    for variant in record.variant_kwargs():
+        if not variant or variant in seen:
+            continue
+        seen.append(variant)
+        if all(t.run(record, adapter, variant).status in ("pass", "ill_conditioned", "unsupported") for t in trials):
+            names = [n for n, kw in record.presets.items() if kw == variant]
+            return names, variant
+    return None
+
+
+def _fmt_kwargs(kwargs: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+
+
+def run_with_timeout(fn: Callable[[], RowResult], timeout: float, on_timeout: Callable[[], RowResult]) -> RowResult:
+    """Run one row in a daemon thread; a row that outlives `timeout` seconds becomes an error row
+    (the thread is abandoned, the run goes on)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["row"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - any adapter failure becomes an error row
+            box["exc"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        return on_timeout()
+    if "exc" in box:
+        row = on_timeout()
+        row.message = f"{type(box['exc']).__name__}: {box['exc']}"
+        return row
+    return box["row"]
