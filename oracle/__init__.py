@@ -1,0 +1,78 @@
+"""rlspec oracle: the slow, literal NumPy float64 implementation of every quantity of spec v1.
+
+Each function reads like its paper (explicit loops over rows, tokens and group members, the
+symbols of the equations) and states its spec id, equation, source and edge cases in its docstring.
+Gradients are vector-Jacobian products ``<name>_grad(<positional args>, upstream, *, <keywords>)``
+written from the hand derivation, stop-gradients included. The contract is
+``conformance/spec/v1/api.md``. NumPy only: this package never imports torch, ``refimpl`` or
+``conformance``.
+"""
+
+from oracle.advantages import grpo_advantages, reinforce_advantages, rloo_advantages
+from oracle.aggregation import AGGREGATION_MODES, aggregate, aggregate_grad
+from oracle.fused_head import (
+    token_entropy_from_hidden,
+    token_entropy_from_hidden_grad,
+    token_logprobs_from_hidden,
+    token_logprobs_from_hidden_grad,
+)
+from oracle.gae import gae
+from oracle.kl import KL_ESTIMATORS, kl_penalty, kl_penalty_grad
+from oracle.logprobs import token_entropy, token_entropy_grad, token_logprobs, token_logprobs_grad
+from oracle.policy_losses import (
+    cispo_token_loss,
+    cispo_token_loss_grad,
+    gspo_token_loss,
+    gspo_token_loss_grad,
+    pg_token_loss,
+    pg_token_loss_grad,
+    ppo_token_loss,
+    ppo_token_loss_grad,
+)
+from oracle.rewards import rlhf_token_rewards
+from oracle.value_loss import value_token_loss, value_token_loss_grad
+from oracle.whiten import whiten
+
+__all__ = [
+    # logprob.token / logprob.entropy
+    "token_logprobs",
+    "token_logprobs_grad",
+    "token_entropy",
+    "token_entropy_grad",
+    # logprob.fused
+    "token_logprobs_from_hidden",
+    "token_logprobs_from_hidden_grad",
+    "token_entropy_from_hidden",
+    "token_entropy_from_hidden_grad",
+    # adv.*
+    "reinforce_advantages",
+    "rloo_advantages",
+    "grpo_advantages",
+    "gae",
+    "whiten",
+    # reward.rlhf
+    "rlhf_token_rewards",
+    # kl.estimator
+    "kl_penalty",
+    "kl_penalty_grad",
+    "KL_ESTIMATORS",
+    # loss.*
+    "pg_token_loss",
+    "pg_token_loss_grad",
+    "ppo_token_loss",
+    "ppo_token_loss_grad",
+    "gspo_token_loss",
+    "gspo_token_loss_grad",
+    "cispo_token_loss",
+    "cispo_token_loss_grad",
+    "value_token_loss",
+    "value_token_loss_grad",
+    # agg.*
+    "aggregate",
+    "aggregate_grad",
+    "AGGREGATION_MODES",
+]
+
+from oracle.presets import PRESETS  # noqa: E402  (framework presets: plain data, written separately)
+
+__all__ += ["PRESETS"]

@@ -1,0 +1,339 @@
+"""Framework presets for spec v1, as plain data.
+
+A *preset* names the keyword values with which a public trainer computes a spec'd quantity, wherever
+its default differs from the canonical definition in ``conformance/spec/v1/api.md``. A preset only uses
+keywords that exist in api.md and lists only the keywords whose value differs from the canonical
+default; an absent function, or an empty dict, means that the framework's default matches canonical
+for everything the v1 keywords can express. Deviations that the v1 keywords cannot express are
+listed in ``NOT_EXPRESSIBLE`` (one line each) and never appear in ``PRESETS``.
+
+``PRESETS[preset][function] -> {keyword: value}``; presets are ``trl``, ``verl``, ``openrlhf``,
+``open_instruct`` and ``rlhf_book``. Use ``preset_kwargs(preset, function)`` to get a copy, e.g.
+``oracle.grpo_advantages(r, 4, **preset_kwargs("trl", "grpo_advantages"))``. ``<name>_grad`` accepts
+the same keywords as ``<name>``, so ``preset_kwargs`` also answers for gradient names.
+
+Keywords that api.md declares without a canonical default (``aggregate``'s ``mode``,
+``rlhf_token_rewards``'s ``kl_coef``) are chosen per call. The framework defaults for them are recorded
+in ``REQUIRED_KEYWORD_DEFAULTS`` for documentation; ``preset_kwargs`` does not return them.
+
+Sources (facts from shared/reference/peer-conventions.md, spot-checked against the repositories):
+- TRL: trl 1.16.0 release wheel (paths ``trl/...``); PPO from GitHub huggingface/trl @ f2cd577
+  (``trl/experimental/ppo/ppo_trainer.py``), which the 1.16.0 wheel does not ship.
+- verl: verl-project/verl @ 1dda039 (0.10.0.dev), identical to release 0.9.1 for the lines cited.
+- OpenRLHF: release openrlhf 0.11.2.
+- open-instruct: allenai/open-instruct @ e6c3044.
+- rlhf-book: natolambert/rlhf-book @ a66b0bf, ``code/policy_gradients/``.
+
+Every value below is a plain Python literal; this module imports nothing beyond ``typing``.
+"""
+
+from typing import Dict
+
+__all__ = [
+    "PRESET_NAMES",
+    "FUNCTIONS",
+    "PRESETS",
+    "REQUIRED_KEYWORD_DEFAULTS",
+    "NOT_EXPRESSIBLE",
+    "preset_kwargs",
+]
+
+PRESET_NAMES = ("trl", "verl", "openrlhf", "open_instruct", "rlhf_book")
+
+# Every spec v1 function (api.md). `<name>_grad` takes the same keywords as `<name>`.
+FUNCTIONS = (
+    "token_logprobs",
+    "token_entropy",
+    "token_logprobs_from_hidden",
+    "token_entropy_from_hidden",
+    "reinforce_advantages",
+    "rloo_advantages",
+    "grpo_advantages",
+    "rlhf_token_rewards",
+    "gae",
+    "whiten",
+    "kl_penalty",
+    "pg_token_loss",
+    "ppo_token_loss",
+    "gspo_token_loss",
+    "cispo_token_loss",
+    "value_token_loss",
+    "aggregate",
+)
+
+PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
+    "trl": {
+        # trl/trainer/grpo_trainer.py:2761-2810 (1.16.0): A = (r - mean_g) / (std_g + 1e-4); std is the
+        # unbiased, NaN-aware nanstd (trl/trainer/utils.py:1021), so std_ddof stays canonical (1).
+        "grpo_advantages": {"eps": 1e-4},
+        # trl/trainer/grpo_trainer.py:3098-3106 (1.16.0): the GRPO KL term is k3 only, no clamp.
+        "kl_penalty": {"estimator": "k3"},
+        # trl/trainer/grpo_trainer.py:3084-3095 (1.16.0): importance_sampling_level="sequence" forms s
+        # directly (the paper's form) and reuses epsilon=0.2, epsilon_high=epsilon
+        # (trl/trainer/grpo_config.py:945-946), not the GSPO paper's 3e-4/4e-4.
+        "gspo_token_loss": {"eps_low": 0.2, "eps_high": 0.2},
+        # trl/trainer/grpo_trainer.py:3109-3111 (1.16.0): w = clamp(r, max=epsilon_high).detach(), an
+        # absolute bound with no lower bound (eps_low=None is canonical). 5.0 is the value the
+        # epsilon_high docs recommend for cispo; the bare config default would be epsilon_high =
+        # epsilon = 0.2.
+        "cispo_token_loss": {"bound": "absolute", "eps_high": 5.0},
+        # trl/experimental/ppo/ppo_trainer.py:763-799 @ f2cd577: gamma 1.0 (canonical), lam 0.95.
+        "gae": {"lam": 0.95},
+        # trl/experimental/ppo/ppo_trainer.py:826-848 @ f2cd577: cliprange_value 0.2.
+        "value_token_loss": {"clip": 0.2},
+        # Canonical, so absent: ppo_token_loss (grpo_trainer.py:3083-3120: eps 0.2/0.2, no log-ratio
+        # clamp, delta=None); whiten (ppo_trainer.py:237-270, :797 @ f2cd577: unbiased var,
+        # rsqrt(var + 1e-8), shift_mean=True); rlhf_token_rewards (ppo_trainer.py:773-776: k1).
+    },
+    "verl": {
+        # verl/trainer/ppo/core_algos.py:268-331 @ 1dda039: unbiased torch.std + 1e-6 (canonical); a
+        # singleton group gets mean 0 and std 1 (:315-317), i.e. A = r / (1 + 1e-6).
+        "grpo_advantages": {"singleton": "raw"},
+        # verl/trainer/ppo/core_algos.py:2187-2250 @ 1dda039: k3 ("low_var_kl", the default
+        # kl_loss_type of the use_kl_loss path) clamps ref - logp to +-20 and the result to +-10. k1
+        # and k2 are unclamped there, so this entry is the k3 loss-path default; verl's in-reward
+        # default ("kl" = k1, unclamped) is canonical kl_penalty().
+        "kl_penalty": {"estimator": "k3", "log_ratio_clamp": 20.0, "clamp": 10.0},
+        # verl/trainer/ppo/core_algos.py:1286-1376 @ 1dda039: log-ratio clamped to +-20; dual-clip
+        # always on for A < 0 with clip_ratio_c = 3.0; clip_ratio 0.2/0.2 (canonical).
+        "ppo_token_loss": {"dual_clip": 3.0, "log_ratio_clamp": 20.0},
+        # verl/trainer/ppo/core_algos.py:1546-1619 @ 1dda039: stop-gradient GSPO-token form (:1589),
+        # clip ratios from the actor config (clip_ratio default 0.2/0.2).
+        "gspo_token_loss": {"form": "token_sg", "eps_low": 0.2, "eps_high": 0.2},
+        # verl/trainer/ppo/core_algos.py:2047-2104 @ 1dda039: two-sided clamp(r, 1 - 0.2, 1 + 0.2)
+        # in the relative (1 +- eps) form (bound="relative" is canonical).
+        "cispo_token_loss": {"eps_low": 0.2, "eps_high": 0.2},
+        # verl/trainer/ppo/core_algos.py:2124-2184 @ 1dda039: cliprange_value default 0.5.
+        "value_token_loss": {"clip": 0.5},
+        # Canonical, so absent: gae (core_algos.py:216-264, AlgoConfig gamma = lam = 1.0, masked
+        # positions skipped); whiten (utils/torch_functional.py:329: unbiased, +1e-8);
+        # rlhf_token_rewards (ray_trainer.py:78-117: k1, score at the last response token).
+    },
+    "openrlhf": {
+        # openrlhf/trainer/ppo_utils/experience_maker.py:268-274 (0.11.2): group_norm is
+        # (r - mean) / (r.std(-1) + 1e-9), unbiased.
+        "grpo_advantages": {"eps": 1e-9},
+        # openrlhf/models/utils.py:69-128 (0.11.2): every estimator's output is clamped to [-10, 10].
+        # The k3 input clamp (d >= -10) never changes a value or gradient once the output is
+        # clamped at 10, so no log_ratio_clamp is needed.
+        "kl_penalty": {"clamp": 10.0},
+        # openrlhf/trainer/ppo_utils/experience_maker.py:325-339 (0.11.2): biased variance over all
+        # tokens. OpenRLHF floors the variance (clamp(min=1e-8)) where the spec adds eps; that part
+        # is listed in NOT_EXPRESSIBLE.
+        "whiten": {"std_ddof": 0},
+        # openrlhf/models/loss.py:116-259 (0.11.2): log-ratio clamped to +-20 for "ppo"; dual_clip None
+        # by default; clip_eps 0.2/0.2.
+        "ppo_token_loss": {"log_ratio_clamp": 20.0},
+        # openrlhf/models/loss.py:189-196 (0.11.2): direct sequence ratio (canonical form), PolicyLoss
+        # clip eps 0.2/0.2, no clamp.
+        "gspo_token_loss": {"eps_low": 0.2, "eps_high": 0.2},
+        # openrlhf/models/loss.py:262-298 (0.11.2): V_old + clamp(V - V_old, +-clip); CLI value_clip 0.5.
+        "value_token_loss": {"clip": 0.5},
+        # Canonical, so absent: gae (experience_maker.py:343-387, CLI gamma = lam = 1);
+        # rlhf_token_rewards estimator (k1). No CISPO in OpenRLHF.
+    },
+    "open_instruct": {
+        # open_instruct/data_loader.py:1472-1484 @ e6c3044: numpy std, biased (ddof=0), "standard" is
+        # (r - mean) / (std + 1e-8); the default advantage_normalization_type is "centered"
+        # (data_loader.py:421), i.e. r - mean, scale="none". Override scale="group" for "standard".
+        "grpo_advantages": {"scale": "none", "std_ddof": 0, "eps": 1e-8},
+        # open_instruct/model_utils.py:793-818 and grpo_utils.py:530-538 @ e6c3044: default estimator
+        # index 2 = expm1(-d) + d (k3), with d clamped to +-40 first and no output clamp.
+        "kl_penalty": {"estimator": "k3", "log_ratio_clamp": 40.0},
+        # open_instruct/grpo_utils.py:504-538 @ e6c3044: clip(r, 1 - 0.2, 1 + 0.272), no clamp on r.
+        "ppo_token_loss": {"eps_high": 0.272},
+        # open_instruct/grpo_utils.py:518-521 @ e6c3044: clamp(r.detach(), max=1 + clip_higher), one-sided,
+        # relative form; clip_higher default 0.272.
+        "cispo_token_loss": {"eps_high": 0.272},
+        # No GAE/whitening in grpo_fast, no GSPO, no RLOO.
+    },
+    "rlhf_book": {
+        # code/policy_gradients/utils.py:185-187 @ a66b0bf: (r - mean) / (r.std(dim=0) + 1e-8), unbiased.
+        "grpo_advantages": {"eps": 1e-8},
+        # code/policy_gradients/loss.py:131-167 @ a66b0bf: direct sequence ratio; clip_eps_lo/hi from
+        # config.py Config defaults 0.2/0.2 (configs/gspo.yaml also 0.2/0.2).
+        "gspo_token_loss": {"eps_low": 0.2, "eps_high": 0.2},
+        # code/policy_gradients/loss.py:202-235 @ a66b0bf: clamp(r, 1 - lo, 1 + hi) under no_grad,
+        # two-sided; config.py defaults 0.2/0.2 (the shipped configs/cispo.yaml sets clip_eps_hi 0.4).
+        "cispo_token_loss": {"eps_low": 0.2, "eps_high": 0.2},
+        # code/policy_gradients/loss.py:279-353 @ a66b0bf: 0.5 * max((R - V)^2, (R - clip(V, V_old +-
+        # 0.2))^2); clip_eps_val default 0.2 (config.py).
+        "value_token_loss": {"clip": 0.2},
+        # code/policy_gradients/utils.py:211-238 @ a66b0bf: defaults gamma 0.99, lam 0.95 (config.py).
+        "gae": {"gamma": 0.99, "lam": 0.95},
+        # Canonical, so absent: ppo_token_loss (loss.py:93-128, 279-353: 0.2/0.2, no clamp);
+        # rloo_advantages (utils.py:205-208: K/(K-1)(r - mean) = leave-one-out). kl_penalty's default
+        # kl3 (and kl1) are not Schulman's estimators: see NOT_EXPRESSIBLE.
+    },
+}
+
+# Framework defaults for keywords that api.md declares without a canonical default. Documentation
+# only: `preset_kwargs` never returns these (the caller picks them per call).
+REQUIRED_KEYWORD_DEFAULTS: Dict[str, Dict[str, Dict[str, object]]] = {
+    "trl": {
+        # trl/trainer/grpo_trainer.py:3153-3184 (1.16.0): default loss_type "dapo" = global token mean
+        # (num_tokens = num_items_in_batch, :2498).
+        "aggregate": {"mode": "token_mean"},
+        # trl/experimental/ppo/ppo_trainer.py:773-776 @ f2cd577: PPO kl_coef 0.05 (k1 in the reward).
+        "rlhf_token_rewards": {"kl_coef": 0.05},
+    },
+    "verl": {
+        # verl/trainer/ppo/core_algos.py:1140-1207 @ 1dda039: loss_agg_mode default "token-mean".
+        "aggregate": {"mode": "token_mean"},
+        # verl/trainer/ppo/ray_trainer.py:78-117 @ 1dda039: fixed KL coef 0.001 (use_kl_in_reward off).
+        "rlhf_token_rewards": {"kl_coef": 0.001},
+    },
+    "openrlhf": {
+        # openrlhf/models/loss.py:11-39 (0.11.2): token_level_loss=True for every loss except gspo.
+        "aggregate": {"mode": "token_mean"},
+        # openrlhf/models/utils.py:131-158 (0.11.2): init_coef 0.01, k1 in the reward.
+        "rlhf_token_rewards": {"kl_coef": 0.01},
+    },
+    "open_instruct": {
+        # open_instruct/grpo_utils.py:651-689, rl_utils.py:426-448 @ e6c3044: loss_denominator="token".
+        "aggregate": {"mode": "token_mean"},
+    },
+    "rlhf_book": {
+        # code/policy_gradients/loss.py:93-235 @ a66b0bf: masked_mean(..., dim=-1).mean(0) in every loss
+        # class except DAPO.
+        "aggregate": {"mode": "seq_mean_token_mean"},
+    },
+}
+
+# Default behaviours that no v1 keyword expresses (one line each). Documentation only.
+NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
+    "trl": {
+        "token_logprobs": (
+            "PPO divides logits by (temperature + 1e-7) and fills masked positions with 1.0 "
+            "(experimental/ppo/ppo_trainer.py:711-714, :69, :765 @ f2cd577).",
+        ),
+        "kl_penalty": (
+            "use_bias_correction_kl multiplies k3 by the differentiable ratio pi/pi_old "
+            "(grpo_config.py:972); needs old_logp, which kl_penalty does not take.",
+        ),
+        "rloo_advantages": (
+            "RLOOTrainer subtracts beta * sum_t k1 from the reward first and divides by the "
+            "scorable count (rloo_trainer.py:1664-1699); compose rlhf_token_rewards(...).sum(-1) "
+            "then rloo_advantages.",
+        ),
+        "ppo_token_loss": (
+            "RLOOTrainer clips a sequence-level ratio exp(sum_t logp - sum_t old) "
+            "(rloo_trainer.py:1794-1863); not a per-token loss.",
+        ),
+        "rlhf_token_rewards": (
+            "PPO adds the score at seq_len + 1, one slot past the last non-pad token "
+            "(experimental/ppo/ppo_trainer.py:778-779 @ f2cd577).",
+        ),
+        "gae": (
+            "PPO runs the recursion over the full width with a value mask one longer than the "
+            "policy mask (experimental/ppo/ppo_trainer.py:764-770 @ f2cd577).",
+        ),
+        "aggregate": (
+            "loss_type='bnpo' is a mean of local micro-batch token means divided by GA "
+            "(grpo_trainer.py:3153-3184); not one aggregate over the whole batch.",
+        ),
+    },
+    "verl": {
+        "rloo_advantages": (
+            "the loop RLOO gives a singleton group A = raw score (core_algos.py:588-636); the "
+            "vectorised one gives 0 (canonical); rloo_advantages has no singleton keyword.",
+        ),
+        "kl_penalty": (
+            "'k3+' etc. keep the k3 value but take the k2 gradient (straight-through, "
+            "core_algos.py:2205-2212).",
+        ),
+        "gspo_token_loss": (
+            "log s is clamped at max 10 before exp (core_algos.py:1546-1619); gspo_token_loss has "
+            "no log-ratio clamp keyword.",
+            "main hard-codes seq-mean-token-mean for GSPO (:1605) while 0.9.1 uses loss_agg_mode "
+            "(token-mean); aggregation is a separate call.",
+        ),
+        "whiten": (
+            "masked_whiten raises on a mask sum of 0 or 1 (utils/torch_functional.py:329); the "
+            "spec returns 0.",
+        ),
+    },
+    "openrlhf": {
+        "token_entropy": (
+            "entropy is computed on logits before the temperature division (models/actor.py:275 vs "
+            ":285); call token_entropy(temperature=1.0) explicitly.",
+        ),
+        "kl_penalty": (
+            "unbiased_gradient=True: k2 straight-through gradient with a detached IS weight "
+            "clamped at 10 (models/utils.py:69-128).",
+        ),
+        "rlhf_token_rewards": (
+            "the KL inside the reward is clamped to [-10, 10] and the score is clipped to "
+            "reward.clip_range (-10, 10) (models/utils.py:69-158); rlhf_token_rewards has no clamp "
+            "keyword.",
+        ),
+        "whiten": (
+            "rstd = clamp(var, min=1e-8).rsqrt() floors the variance instead of adding eps "
+            "(experience_maker.py:325-339).",
+        ),
+        "gspo_token_loss": (
+            "with is_correction_level != 'off' the ratio uses rollout log-probs instead of "
+            "old_logp (models/loss.py:189-196); pass them as old_logp.",
+        ),
+    },
+    "open_instruct": {
+        "grpo_advantages": (
+            "filter_zero_std_samples=True drops zero-std groups before the loss "
+            "(data_loader.py:419, :815), which changes the loss normaliser.",
+        ),
+        "token_logprobs": (
+            "masked positions hold INVALID_LOGPROB = 1.0, NaN becomes 1.0 (utils.py:83, "
+            "grpo_utils.py:340).",
+        ),
+        "ppo_token_loss": (
+            "the per-token loss is multiplied by train/infer rho correction weights "
+            "(grpo_utils.py:504-538).",
+        ),
+    },
+    "rlhf_book": {
+        "kl_penalty": (
+            "kl1 = -(logp - ref) and kl3 = expm1(d) - d, the mirror images of Schulman's k1 and k3 "
+            "(loss.py:23-75); only kl2 matches (k2).",
+        ),
+        "rlhf_token_rewards": (
+            "PPO/RLOO subtract beta * masked mean over tokens of the KL from the score "
+            "(utils.py:165-182), not a per-token reward.",
+        ),
+        "grpo_advantages": (
+            "a singleton group gives std of one element = NaN, so A = NaN (utils.py:185-187); the "
+            "spec gives 0.",
+        ),
+        "rloo_advantages": ("K = 1 divides by zero (utils.py:205-208); the spec gives 0.",),
+        "token_logprobs": (
+            "action_mask[ids == pad_token_id] = False drops EOS when pad == eos "
+            "(rollout.py:137-140); the spec mask comes from positions.",
+        ),
+        "gae": (
+            "the recursion does not skip masked positions inside a row (utils.py:211-238); "
+            "equal to canonical for contiguous completions.",
+        ),
+        "aggregate": (
+            "loss='dapo' divides a local token sum by the local token count, then by batch_acc "
+            "(loss.py:342-353, train.py:124).",
+        ),
+    },
+}
+
+
+def preset_kwargs(preset: str, function: str) -> dict:
+    """Return a copy of the keyword values that ``preset`` uses for ``function``.
+
+    ``function`` is an api.md function name or its ``_grad`` variant. Returns ``{}`` when the
+    framework's default matches canonical (or the deviation is not expressible in v1). Raises
+    ``ValueError`` for an unknown preset or function name.
+    """
+    if preset not in PRESETS:
+        raise ValueError(
+            f"preset_kwargs: preset: expected one of {', '.join(PRESET_NAMES)}, got {preset!r}"
+        )
+    base = function[: -len("_grad")] if function.endswith("_grad") else function
+    if base not in FUNCTIONS:
+        raise ValueError(
+            f"preset_kwargs: function: expected a spec v1 function name (or its _grad), got {function!r}"
+        )
+    return dict(PRESETS[preset].get(base, {}))
