@@ -59,9 +59,8 @@ def is_float_array(value: Any) -> bool:
 
 def round_to(value: np.ndarray, dtype: str) -> np.ndarray:
     """The float64 values that an array takes once stored in `dtype` (round to nearest even)."""
-    return torch.from_numpy(np.ascontiguousarray(value, dtype=np.float64)).to(
-        TORCH_DTYPES[dtype]
-    ).to(torch.float64).numpy()
+    array = np.asarray(value, dtype=np.float64)
+    return torch.tensor(array).to(TORCH_DTYPES[dtype]).to(torch.float64).numpy().reshape(array.shape)
 
 
 def rounded_args(case: Case, dtype: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "conformance.commands.spec",
     "conformance.commands.repro",
     "conformance.commands.tiny_policy",
+    "conformance.commands.vectors",
 )
 
 

@@ -6,6 +6,7 @@ This is the single mechanism behind the refimpl property tests, the golden-vecto
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,14 +104,8 @@ def run_case(
     kw = dict(case.kwargs if kwargs is None else kwargs)
     okw = dict(kw if oracle_kwargs is None else oracle_kwargs)
     outcome = Outcome("pass", record, getattr(adapter, "name", "?"), dtype, case, kw)
-    fn = getattr(adapter, record.function, None)
+    fn = adapter_function(outcome, adapter)
     if fn is None:
-        outcome.status = "not_implemented"
-        outcome.message = f"{record.function} is not implemented by adapter {outcome.adapter!r}"
-        return outcome
-    default_dtypes = ("float64", "float32", "bfloat16") if adapter.array_api == "torch" else ("float64", "float32")
-    if dtype not in getattr(adapter, "dtypes", default_dtypes):
-        outcome.status = "unsupported"
         return outcome
     rounded = cases.rounded_args(case, dtype)
     if record.well_conditioned is not None and not record.well_conditioned(rounded, okw):
@@ -118,6 +113,56 @@ def run_case(
         return outcome
 
     expected = _as_tuple(record.oracle(*rounded.values(), **okw))
+    upstream = seeded_upstream(record, expected, case.upstream_seed, dtype) if record.grad_args else None
+    return check_adapter(
+        outcome,
+        adapter,
+        fn,
+        rounded,
+        expected,
+        upstream,
+        lambda: _as_tuple(record.oracle_grad(*rounded.values(), upstream, **okw)),
+    )
+
+
+def adapter_function(outcome: Outcome, adapter: Any) -> Any:
+    """`adapter.<function>` for `outcome.record`, or None after setting `outcome.status` to
+    "not_implemented" (no such attribute) or "unsupported" (`outcome.dtype` not among its dtypes)."""
+    record = outcome.record
+    fn = getattr(adapter, record.function, None)
+    if fn is None:
+        outcome.status = "not_implemented"
+        outcome.message = f"{record.function} is not implemented by adapter {outcome.adapter!r}"
+        return None
+    default_dtypes = ("float64", "float32", "bfloat16") if adapter.array_api == "torch" else ("float64", "float32")
+    if outcome.dtype not in getattr(adapter, "dtypes", default_dtypes):
+        outcome.status = "unsupported"
+        return None
+    return fn
+
+
+def seeded_upstream(record: QuantityInfo, expected: tuple[Any, ...], seed: int, dtype: str) -> Any:
+    """dL/d(output) for the gradient check: seeded normal noise with the shape of the (first)
+    output, rounded to `dtype`; a float for a scalar output."""
+    upstream = _upstream(np.shape(expected[0]), seed, dtype)
+    # `cases.round_to` returns a 1-element 1-D array for a 0-D shape; NumPy 2 refuses float() on it.
+    return float(np.reshape(upstream, ())) if record.output == "scalar" else upstream
+
+
+def check_adapter(
+    outcome: Outcome,
+    adapter: Any,
+    fn: Any,
+    rounded: dict[str, Any],
+    expected: tuple[Any, ...],
+    upstream: Any,
+    expected_grads: Callable[[], tuple[np.ndarray, ...]],
+) -> Outcome:
+    """Call `fn` (from `adapter_function`) on the `rounded` inputs with `outcome.kwargs`; compare its
+    outputs with `expected` and, when the record has gradient arguments and the adapter gives
+    gradients, its dL/d(grad args) for `upstream` with `expected_grads()` (evaluated only then).
+    The expectations come from the oracle (`run_case`) or from a golden vector."""
+    record, dtype, kw = outcome.record, outcome.dtype, outcome.kwargs
     wants_grad = bool(record.grad_args) and getattr(adapter, "supports_grad", True)
     try:
         if adapter.array_api == "torch":
@@ -140,10 +185,7 @@ def run_case(
         _record(outcome, compare(a, e, tol, what=name), a, e)
 
     if wants_grad:
-        upstream = _upstream(np.shape(expected[0]), case.upstream_seed, dtype)
-        if record.output == "scalar":
-            upstream = float(upstream)
-        expected_grads = _as_tuple(record.oracle_grad(*rounded.values(), upstream, **okw))
+        grads_expected = expected_grads()
         try:
             actual_grads = _adapter_grads(adapter, fn, raw, grad_inputs, rounded, kw, upstream, dtype, record)
         except Exception as exc:
@@ -153,7 +195,7 @@ def run_case(
         if actual_grads is not None:
             outcome.grad_checked = True
             gtol = tolerance(record.spec_id, dtype, "grad")
-            for name, a, e in zip(record.grad_args, actual_grads, expected_grads):
+            for name, a, e in zip(record.grad_args, actual_grads, grads_expected):
                 _record(outcome, compare(a, e, gtol, what=f"grad[{name}]"), a, e)
     if outcome.mismatches:
         outcome.status = "fail"

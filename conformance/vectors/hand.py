@@ -1,0 +1,353 @@
+"""Independent vectorised readings of api.md, used only to cross-check the stored (oracle) values.
+
+The oracle produces every golden file; these formulas were written separately from the spec text
+(NumPy, whole-array, no loops where avoidable) so that a misreading shared by the oracle and refimpl
+shows up as a disagreement in `tests/conformance/test_vectors.py`. They are not part of the
+suite's contract and never write a file. `HAND[function](args, kwargs)` returns the outputs as a
+tuple; `HAND_GRAD[function](args, kwargs, upstream)` returns dL/d(grad args) as a tuple.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+def _zero_masked(m: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return np.where(m, x, 0.0)
+
+
+def _clean(m: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """`x` with masked positions replaced by 0 so that NaN/inf never enter arithmetic."""
+    return np.where(m, x, 0.0)
+
+
+def _read_rows(m: np.ndarray) -> np.ndarray:
+    """read[b, s]: position s predicts a valid token s + 1."""
+    read = np.zeros_like(m)
+    read[:, :-1] = m[:, 1:]
+    return read
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    zmax = z.max(axis=-1, keepdims=True)
+    return z - zmax - np.log(np.exp(z - zmax).sum(axis=-1, keepdims=True))
+
+
+def _shifted_logits(logits: np.ndarray, m: np.ndarray, tau: float) -> np.ndarray:
+    """[B, T, V]: at position t the (temperature-scaled) logits of position t - 1 (0 where unread)."""
+    z = np.where(_read_rows(m)[:, :, None], logits, 0.0) / tau
+    out = np.zeros_like(z)
+    out[:, 1:] = z[:, :-1]
+    return out
+
+
+def token_logprobs(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    lsm = _log_softmax(_shifted_logits(a["logits"], m, kw.get("temperature", 1.0)))
+    ids = np.where(m, a["input_ids"], 0)
+    return (_zero_masked(m, np.take_along_axis(lsm, ids[:, :, None], axis=-1)[..., 0]),)
+
+
+def token_entropy(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    lsm = _log_softmax(_shifted_logits(a["logits"], m, kw.get("temperature", 1.0)))
+    return (_zero_masked(m, -(np.exp(lsm) * lsm).sum(axis=-1)),)
+
+
+def _logits_from_hidden(a: dict[str, Any]) -> dict[str, Any]:
+    read = _read_rows(a["mask"])[:, :, None]
+    return {**a, "logits": np.where(read, a["hidden"], 0.0) @ a["weight"].T}
+
+
+def token_logprobs_from_hidden(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    return token_logprobs(_logits_from_hidden(a), kw)
+
+
+def token_entropy_from_hidden(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    return token_entropy(_logits_from_hidden(a), kw)
+
+
+def reinforce_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    r = a["rewards"]
+    return (r - r.mean() if kw.get("baseline", "none") == "batch_mean" else r.copy(),)
+
+
+def rloo_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    G = a["group_size"]
+    r = a["rewards"].reshape(-1, G)
+    if G == 1:
+        return (np.zeros(r.size),)
+    return (((r - (r.sum(axis=1, keepdims=True) - r) / (G - 1))).ravel(),)
+
+
+def _std(x: np.ndarray, ddof: int, axis: Any = None) -> np.ndarray:
+    n = x.shape[-1] if axis == 1 else x.size
+    if n - ddof <= 0:
+        return np.zeros(x.shape[0]) if axis == 1 else np.float64(0.0)
+    return np.sqrt(((x - x.mean(axis=axis, keepdims=True)) ** 2).sum(axis=axis) / (n - ddof))
+
+
+def grpo_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    G = a["group_size"]
+    r = a["rewards"]
+    scale, ddof = kw.get("scale", "group"), kw.get("std_ddof", 1)
+    eps, singleton = kw.get("eps", 1e-6), kw.get("singleton", "zero")
+    if G == 1:
+        return (r.copy() if singleton == "raw" else np.zeros_like(r),)
+    g = r.reshape(-1, G)
+    num = g - g.mean(axis=1, keepdims=True)
+    if scale == "none":
+        return (num.ravel(),)
+    den = _std(g, ddof, axis=1)[:, None] + eps if scale == "group" else _std(r, ddof) + eps
+    den = np.broadcast_to(den, num.shape)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (np.where(den > 0, num / np.where(den > 0, den, 1.0), 0.0).ravel(),)
+
+
+def _kl(logp: np.ndarray, ref: np.ndarray, m: np.ndarray, kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(k, dk/dlogp) at valid positions."""
+    d = _clean(m, logp) - _clean(m, ref)
+    lrc, clamp, est = kw.get("log_ratio_clamp"), kw.get("clamp"), kw.get("estimator", "k1")
+    dd = np.ones_like(d)
+    if lrc is not None:
+        dd = np.where(np.abs(d) < lrc, 1.0, 0.0)
+        d = np.clip(d, -lrc, lrc)
+    k = {"k1": d, "k2": d * d / 2, "k3": np.expm1(-d) + d}[est]
+    dk = {"k1": np.ones_like(d), "k2": d, "k3": -np.expm1(-d)}[est] * dd
+    if clamp is not None:
+        dk = np.where(np.abs(k) < clamp, dk, 0.0)
+        k = np.clip(k, -clamp, clamp)
+    return _zero_masked(m, k), _zero_masked(m, dk)
+
+
+def kl_penalty(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    return (_kl(a["logp"], a["ref_logp"], a["mask"], kw)[0],)
+
+
+def rlhf_token_rewards(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    out = -kw["kl_coef"] * _kl(a["logp"], a["ref_logp"], m, kw)[0]
+    for b in range(m.shape[0]):
+        valid = np.flatnonzero(m[b])
+        if valid.size:
+            out[b, valid[-1]] += a["scores"][b]
+    return (_zero_masked(m, out),)
+
+
+def gae(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    gamma, lam = kw.get("gamma", 1.0), kw.get("lam", 1.0)
+    adv = np.zeros(m.shape)
+    for b in range(m.shape[0]):
+        valid = np.flatnonzero(m[b])
+        r, v = a["token_rewards"][b, valid], a["values"][b, valid]
+        v_next = np.append(v[1:], 0.0)
+        delta = r + gamma * v_next - v
+        running = 0.0
+        for k in range(valid.size - 1, -1, -1):
+            running = delta[k] + gamma * lam * running
+            adv[b, valid[k]] = running
+    return adv, _zero_masked(m, adv + _clean(m, a["values"]))
+
+
+def whiten(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    x = a["x"][m]
+    if x.size == 0:
+        return (np.zeros(m.shape),)
+    mu = x.mean()
+    ddof = kw.get("std_ddof", 1)
+    var = ((x - mu) ** 2).sum() / (x.size - ddof) if x.size - ddof > 0 else 0.0
+    den = np.sqrt(var + kw.get("eps", 1e-8))
+    z = (_clean(m, a["x"]) - mu) / den if den > 0 else np.zeros(m.shape)
+    return (_zero_masked(m, z if kw.get("shift_mean", True) else z + mu),)
+
+
+def _exp(x: np.ndarray) -> np.ndarray:
+    """exp that may overflow to inf (a finite but huge log-ratio is a valid input)."""
+    with np.errstate(over="ignore"):
+        return np.exp(x)
+
+
+def _times_neg_A(A: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """-A * x with 0 where A = 0, even for x = inf."""
+    return np.where(A == 0, 0.0, -A * np.where(A == 0, 0.0, x))
+
+
+def _adv(a: dict[str, Any]) -> np.ndarray:
+    A = a["advantages"]
+    A = np.broadcast_to(A[:, None], a["mask"].shape) if A.ndim == 1 else A
+    return _clean(a["mask"], A)
+
+
+def pg_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    return (_zero_masked(m, -_adv(a) * _clean(m, a["logp"])),)
+
+
+def _ppo(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(loss, dloss/dlogp) of PPO."""
+    m, A = a["mask"], _adv(a)
+    d = _clean(m, a["logp"]) - _clean(m, a["old_logp"])
+    lrc = kw.get("log_ratio_clamp")
+    dd = np.ones_like(d) if lrc is None else np.where(np.abs(d) < lrc, 1.0, 0.0)
+    r = _exp(d if lrc is None else np.clip(d, -lrc, lrc))
+    lo, hi = 1 - kw.get("eps_low", 0.2), 1 + kw.get("eps_high", 0.2)
+    unclipped, clipped = _times_neg_A(A, r), _times_neg_A(A, np.clip(r, lo, hi))
+    loss = np.maximum(unclipped, clipped)
+    grad = np.where(unclipped >= clipped, _times_neg_A(A, r) * dd, 0.0)  # ties: the unclipped branch
+    c = kw.get("dual_clip")
+    if c is not None:
+        capped = (A < 0) & (-c * A < loss)
+        loss = np.where(capped, -c * A, loss)
+        grad = np.where(capped, 0.0, grad)
+    return _zero_masked(m, loss), _zero_masked(m, grad)
+
+
+def ppo_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    return (_ppo(a, kw)[0],)
+
+
+def _gspo(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(loss, s [B,1], n [B,1], dL_t/ds per token)."""
+    m, A = a["mask"], _adv(a)
+    d = _clean(m, a["logp"]) - _clean(m, a["old_logp"])
+    n = m.sum(axis=1, keepdims=True)
+    s = _exp(d.sum(axis=1, keepdims=True) / np.maximum(n, 1))
+    lo, hi = 1 - kw.get("eps_low", 3e-4), 1 + kw.get("eps_high", 4e-4)
+    unclipped, clipped = _times_neg_A(A, s), _times_neg_A(A, np.clip(s, lo, hi))
+    loss = np.maximum(unclipped, clipped)
+    dl_ds = np.where(unclipped >= clipped, -A, 0.0)
+    return _zero_masked(m, loss), s, n, _zero_masked(m, dl_ds)
+
+
+def gspo_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    return (_gspo(a, kw)[0],)
+
+
+def _cispo_weight(a: dict[str, Any], kw: dict[str, Any]) -> np.ndarray:
+    m = a["mask"]
+    r = _exp(_clean(m, a["logp"]) - _clean(m, a["old_logp"]))
+    eps_low, eps_high = kw.get("eps_low"), kw.get("eps_high", 0.28)
+    hi = 1 + eps_high if kw.get("bound", "relative") == "relative" else eps_high
+    return np.clip(r, None if eps_low is None else 1 - eps_low, hi)
+
+
+def cispo_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    return (_zero_masked(m, -_cispo_weight(a, kw) * _adv(a) * _clean(m, a["logp"])),)
+
+
+def _value(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    m = a["mask"]
+    V, Vold, R = (_clean(m, a[k]) for k in ("values", "old_values", "returns"))
+    c = kw.get("clip")
+    if c is None:
+        return _zero_masked(m, 0.5 * (V - R) ** 2), _zero_masked(m, V - R)
+    Vc = Vold + np.clip(V - Vold, -c, c)
+    un, cl = (V - R) ** 2, (Vc - R) ** 2
+    return _zero_masked(m, 0.5 * np.maximum(un, cl)), _zero_masked(m, np.where(un >= cl, V - R, 0.0))
+
+
+def value_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    return (_value(a, kw)[0],)
+
+
+def _agg_weights(a: dict[str, Any], kw: dict[str, Any]) -> np.ndarray:
+    m = a["mask"]
+    mode = kw["mode"]
+    n = m.sum(axis=1, keepdims=True).astype(np.float64)
+    N = kw.get("num_tokens") or n.sum()
+    S = kw.get("num_seqs") or m.shape[0]
+    w = {
+        "token_mean": np.full(m.shape, 1.0 / N if N else 0.0),
+        "seq_mean_token_mean": np.broadcast_to(np.where(n > 0, 1.0 / (S * np.maximum(n, 1)), 0.0), m.shape),
+        "seq_mean_token_sum": np.full(m.shape, 1.0 / S),
+        "seq_mean_token_sum_norm": np.full(m.shape, 1.0 / (S * (kw.get("norm_length") or 1))),
+        "token_sum": np.ones(m.shape),
+    }[mode]
+    return _zero_masked(m, w)
+
+
+def aggregate(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float, ...]:
+    return (float((_agg_weights(a, kw) * _clean(a["mask"], a["token_loss"])).sum()),)
+
+
+HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
+    "token_logprobs": token_logprobs,
+    "token_entropy": token_entropy,
+    "token_logprobs_from_hidden": token_logprobs_from_hidden,
+    "token_entropy_from_hidden": token_entropy_from_hidden,
+    "reinforce_advantages": reinforce_advantages,
+    "rloo_advantages": rloo_advantages,
+    "grpo_advantages": grpo_advantages,
+    "rlhf_token_rewards": rlhf_token_rewards,
+    "gae": gae,
+    "whiten": whiten,
+    "kl_penalty": kl_penalty,
+    "pg_token_loss": pg_token_loss,
+    "ppo_token_loss": ppo_token_loss,
+    "gspo_token_loss": gspo_token_loss,
+    "cispo_token_loss": cispo_token_loss,
+    "value_token_loss": value_token_loss,
+    "aggregate": aggregate,
+}
+
+
+def _gspo_grad(a: dict[str, Any], kw: dict[str, Any], u: np.ndarray) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    _, s, n, dl_ds = _gspo(a, kw)
+    u = _clean(m, u)
+    if kw.get("form", "sequence") == "token_sg":
+        return (_zero_masked(m, u * dl_ds * np.where(dl_ds == 0, 0.0, s)),)
+    per_row = (u * dl_ds).sum(axis=1, keepdims=True)
+    per_row = per_row * np.where(per_row == 0, 0.0, s) / np.maximum(n, 1)
+    return (_zero_masked(m, np.broadcast_to(per_row, m.shape)),)
+
+
+def _logit_grad(a: dict[str, Any], kw: dict[str, Any], u: np.ndarray, entropy: bool) -> np.ndarray:
+    """dL/dlogits for token_logprobs / token_entropy, [B, T, V]."""
+    m = a["mask"]
+    tau = kw.get("temperature", 1.0)
+    lsm = _log_softmax(_shifted_logits(a["logits"], m, tau))
+    p = np.exp(lsm)
+    u = _clean(m, u)[:, :, None]
+    if entropy:
+        H = -(p * lsm).sum(axis=-1, keepdims=True)
+        g_z = -p * (lsm + H)  # dH/dz (z = logits / tau)
+    else:
+        onehot = np.zeros_like(p)
+        ids = np.where(m, a["input_ids"], 0)
+        np.put_along_axis(onehot, ids[:, :, None], 1.0, axis=-1)
+        g_z = onehot - p
+    g = np.where(m[:, :, None], u * g_z / tau, 0.0)
+    out = np.zeros_like(g)
+    out[:, :-1] = g[:, 1:]  # position t's loss reads the logits of t - 1
+    return out
+
+
+def _fused_grad(a: dict[str, Any], kw: dict[str, Any], u: np.ndarray, entropy: bool) -> tuple[np.ndarray, ...]:
+    full = _logits_from_hidden(a)
+    g = _logit_grad(full, kw, u, entropy)  # [B, T, V]
+    read = _read_rows(a["mask"])[:, :, None]
+    hidden = np.where(read, a["hidden"], 0.0)
+    return g @ a["weight"], np.einsum("btv,btd->vd", g, hidden)
+
+
+HAND_GRAD: dict[str, Callable[[dict[str, Any], dict[str, Any], Any], tuple[Any, ...]]] = {
+    "token_logprobs": lambda a, kw, u: (_logit_grad(a, kw, u, entropy=False),),
+    "token_entropy": lambda a, kw, u: (_logit_grad(a, kw, u, entropy=True),),
+    "token_logprobs_from_hidden": lambda a, kw, u: _fused_grad(a, kw, u, entropy=False),
+    "token_entropy_from_hidden": lambda a, kw, u: _fused_grad(a, kw, u, entropy=True),
+    "kl_penalty": lambda a, kw, u: (_clean(a["mask"], u) * _kl(a["logp"], a["ref_logp"], a["mask"], kw)[1],),
+    "pg_token_loss": lambda a, kw, u: (_zero_masked(a["mask"], -_adv(a) * _clean(a["mask"], u)),),
+    "ppo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _ppo(a, kw)[1],),
+    "gspo_token_loss": _gspo_grad,
+    "cispo_token_loss": lambda a, kw, u: (
+        _zero_masked(a["mask"], -_cispo_weight(a, kw) * _adv(a) * _clean(a["mask"], u)),),
+    "value_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _value(a, kw)[1],),
+    "aggregate": lambda a, kw, u: (u * _agg_weights(a, kw),),
+}
