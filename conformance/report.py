@@ -82,16 +82,23 @@ def _grid(report: Report) -> tuple[list[str], list[str], dict[tuple[str, str], R
     functions: list[str] = []
     by_key: dict[tuple[str, str], RowResult] = {}
     for row in report.rows:
-        if row.function not in functions:
-            functions.append(row.function)
-        by_key[(row.function, row.adapter)] = row
+        label = row_label(row)
+        if label not in functions:
+            functions.append(label)
+        by_key[(label, row.adapter)] = row
     return adapters, functions, by_key
+
+
+def row_label(row: RowResult) -> str:
+    """The table's row name: the function for a core-API row, the check id for a framework's own
+    rows (e.g. `trl.grpo_loss[dapo,beta=0.04]`)."""
+    return row.function if row.id == f"{row.function}@{row.adapter}" else row.id
 
 
 def render_table(report: Report) -> str:
     adapters, functions, by_key = _grid(report)
-    spec_of = {r.function: r.spec_id for r in report.rows}
-    header = ["spec id", "function", *adapters]
+    spec_of = {row_label(r): r.spec_id for r in report.rows}
+    header = ["spec id", "check", *adapters]
     body = [
         [spec_of[f], f, *(cell(by_key[(f, a)]) if (f, a) in by_key else "-" for a in adapters)]
         for f in functions
@@ -107,7 +114,7 @@ def render_table(report: Report) -> str:
     if details:
         lines.append("")
         for r in details:
-            lines.append(f"{r.function} @ {r.adapter}: {cell(r)}")
+            lines.append(f"{row_label(r)} @ {r.adapter}: {cell(r)}")
             lines += ["    " + line for line in r.message.splitlines()]
             if r.consistent_with:
                 lines.append("    consistent with: " + "; ".join(r.consistent_with))
@@ -123,7 +130,7 @@ def render_table(report: Report) -> str:
 
 def render_markdown(report: Report) -> str:
     adapters, functions, by_key = _grid(report)
-    spec_of = {r.function: r.spec_id for r in report.rows}
+    spec_of = {row_label(r): r.spec_id for r in report.rows}
     data = report.to_json()
     lines = [
         f"# rlspec conformance report",
@@ -135,7 +142,7 @@ def render_markdown(report: Report) -> str:
         "|---|---|---|",
     ]
     lines += [f"| {a.name} | {a.version} | {a.status} |" for a in report.adapters]
-    lines += ["", "| spec id | function | " + " | ".join(adapters) + " |", "|---|---|" + "---|" * len(adapters)]
+    lines += ["", "| spec id | check | " + " | ".join(adapters) + " |", "|---|---|" + "---|" * len(adapters)]
     for f in functions:
         cells = [cell(by_key[(f, a)]) if (f, a) in by_key else "-" for a in adapters]
         lines.append(f"| `{spec_of[f]}` | `{f}` | " + " | ".join(cells) + " |")
@@ -143,7 +150,7 @@ def render_markdown(report: Report) -> str:
     if details:
         lines += ["", "## Details", ""]
         for r in details:
-            lines += [f"### `{r.function}` @ {r.adapter}: {cell(r)}", "", "```", r.message, "```", ""]
+            lines += [f"### `{row_label(r)}` @ {r.adapter}: {cell(r)}", "", "```", r.message, "```", ""]
             if r.consistent_with:
                 lines += ["Consistent with: " + "; ".join(r.consistent_with), ""]
     return "\n".join(lines) + "\n"
@@ -165,7 +172,7 @@ def render_junit(report: Report) -> str:
         )
         for r in rows:
             case = ET.SubElement(
-                suite, "testcase", classname=f"rlspec.{adapter.name}.{r.spec_id}", name=r.function, time=f"{r.seconds:.3f}"
+                suite, "testcase", classname=f"rlspec.{adapter.name}.{r.spec_id}", name=row_label(r), time=f"{r.seconds:.3f}"
             )
             if r.status == "fail":
                 ET.SubElement(case, "failure", message=r.message.splitlines()[0] if r.message else "fail").text = r.message

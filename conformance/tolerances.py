@@ -47,8 +47,25 @@ OVERRIDES: dict[tuple[str, str, str], Tol] = {
     ),
     ("logprob.fused", "float32", "grad"): Tol(
         rtol=1e-5,
-        atol=1e-5,
-        reason="dL/dweight sums over every valid token (a float32 GEMM reduction)",
+        atol=3e-5,
+        reason="dL/dweight sums over every valid token (a float32 GEMM reduction); the entropy "
+        "gradient also carries the cancellation of logprob.entropy",
+    ),
+    ("logprob.entropy", "float32", "value"): Tol(
+        rtol=2e-6,
+        atol=3e-5,
+        reason="entropy as log Z - sum p*z (TRL, verl) cancels two terms of size max|z/T| (up to 60 "
+        "in the cases); one float32 ulp there is 7.6e-6 and a few roundings reach 2-3e-5",
+    ),
+    ("logprob.entropy", "float32", "grad"): Tol(
+        rtol=2e-6,
+        atol=3e-5,
+        reason="the entropy gradient -p*(log p + H) inherits the cancellation of H (see value)",
+    ),
+    ("logprob.fused", "float32", "value"): Tol(
+        rtol=2e-6,
+        atol=3e-5,
+        reason="entropy from hidden states: same cancellation as logprob.entropy",
     ),
     ("adv.gae", "float32", "value"): Tol(
         rtol=2e-5,

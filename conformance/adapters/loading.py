@@ -15,6 +15,7 @@ ENTRY_POINT_GROUP = "rlspec.adapters"
 BUILTIN_ADAPTERS: dict[str, str] = {
     "oracle": "conformance.adapters.builtin:oracle_adapter",
     "refimpl": "conformance.adapters.builtin:refimpl_adapter",
+    "trl": "conformance.adapters.trl_adapter:TRLAdapter",
 }
 
 

@@ -95,8 +95,36 @@ def run_report(adapter_names: list[str], records: list[QuantityInfo], *, seed: i
         )
         row.seconds = time.perf_counter() - t0
         report.rows.append(row)
+    for adapter in adapters:
+        report.rows += framework_rows(adapter, records, seed=seed, timeout=timeout)
     report.seconds = time.perf_counter() - start
     return report
+
+
+def framework_rows(adapter: Any, records: list[QuantityInfo], *, seed: int, timeout: float) -> list[RowResult]:
+    """Rows an adapter defines itself (`extra_rows(seed)`: e.g. every TRL loss_type), kept when
+    their spec id matches a selected record's (or any, when nothing was filtered)."""
+    extra = getattr(adapter, "extra_rows", None)
+    if extra is None:
+        return []
+    box: dict[str, list[RowResult]] = {}
+
+    def rows() -> RowResult:
+        box["rows"] = extra(seed)
+        return RowResult(id="", spec_id="", function="", adapter=adapter.name, status="pass")
+
+    def on_timeout() -> RowResult:
+        return RowResult(id=f"{adapter.name}.extra_rows", spec_id="-", function=f"{adapter.name}.extra_rows",
+                         adapter=adapter.name, status="error", message=f"timed out after {timeout:g}s")
+
+    t0 = time.perf_counter()
+    head = run_with_timeout(rows, timeout, on_timeout)
+    if head.status == "error":
+        head.seconds = time.perf_counter() - t0
+        return [head]
+    selected = {r.spec_id.split(".")[0] for r in records}
+    everything = len(records) == len(selected_records(None))
+    return [r for r in box["rows"] if everything or r.spec_id.split(".")[0] in selected]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,715 @@
+"""TRL checks that are not single core-API functions: the GRPO loss of every ``loss_type`` (value and
+gradient), TRL's bfloat16 paths, and TRL's free helpers (``nanstd``, ``selective_log_softmax_and_entropy``).
+
+Entry point: ``extra_rows(adapter, seed) -> list[RowResult]`` (``adapter`` is a
+``conformance.adapters.trl_adapter.TRLAdapter``), rows with ids like ``trl.grpo_loss[dapo,beta=0.04]``,
+``trl.rloo_loss[beta=0]``, ``trl.token_logprobs[bfloat16]``, ``trl.nanstd``.
+
+How a GRPO loss row is checked
+------------------------------
+1. A seeded batch in TRL's layout: 5 rows, left-padded prompts, right-padded completions of lengths
+   5, 3 (EOS), 1, 4 (EOS, one tool token masked out through ``tool_mask``) and 0 (a masked-out,
+   e.g. truncated, completion); ``max_completion_length`` 7 (> the completion width 5, so Dr. GRPO's
+   constant is told apart from the padded width).
+2. TRL's current per-token log-probs (``adapter.grpo_current_logps``) give ``old = logp - d`` and
+   ``ref = logp - k``, with seeded log-ratios ``d`` both inside and far outside every clip range in
+   use, kept 0.02 away from every clip boundary (also for the sequence-level ratios).
+3. ``adapter.grpo_loss`` runs ``GRPOTrainer._compute_loss`` (trl 1.16.0 ``trainer/grpo_trainer.py:3020``)
+   with the configuration and returns the loss, the LM-head inputs it saw (final hidden states, head
+   weight), and the gradients of the loss w.r.t. the per-token log-probs of the fused head, the hidden
+   states and the head weight.
+4. The oracle (float64, on exactly those hidden states and weight) recomputes the log-probs with
+   ``token_logprobs_from_hidden`` and composes the loss from spec pieces, e.g. ``dapo`` =
+   ``aggregate(ppo_token_loss(...), mode="token_mean", num_tokens=num_items_in_batch)``; its gradient
+   is the chain of the pieces' ``_grad`` functions, ending in ``token_logprobs_from_hidden_grad``
+   (dL/d logits chained through the LM-head GEMM, since TRL never materialises the logits).
+5. The first composition that matches value and every gradient decides the status: the canonical
+   one (``pass``), else a named variant (``preset``, e.g. CISPO's absolute bound, TRL's KL times the
+   importance ratio), else ``fail`` with the canonical mismatch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+import oracle
+from conformance.compare import Mismatch, compare
+from conformance.registry import BY_FUNCTION
+from conformance.suite import RowResult, check_row, seeds_for
+from conformance.tolerances import Tol, tolerance
+
+# ---------------------------------------------------------------------------------------------
+# The batch
+# ---------------------------------------------------------------------------------------------
+
+B, P, C = 5, 4, 5
+MAX_COMPLETION_LENGTH = 7
+PROMPT_LENGTHS = (4, 2, 3, 1, 4)
+COMPLETION_LENGTHS = (5, 3, 1, 4, 0)
+EOS_ROWS = (1, 3)
+TOOL_TOKEN = (3, 1)  # (row, completion column) masked out by tool_mask
+ADVANTAGE_SIGNS = np.array([1.0, -1.0, -1.0, 1.0, 1.0])  # both signs on rows with several tokens
+# log-ratio boundaries of every clip in use: 1 - 0.2, 1 + 0.2, 1 + 0.28, delta 1.5, CISPO's absolute
+# 0.2 and 5.0; ratios within 0.02 (in log space) of one are re-drawn.
+KINKS = tuple(math.log(x) for x in (0.8, 1.2, 1.28, 1.5, 0.2, 5.0))
+MARGIN = 0.02
+
+
+def _far(x: float) -> bool:
+    return all(abs(x - k) > MARGIN for k in KINKS)
+
+
+def _draw_log_ratio(rng: np.random.Generator) -> float:
+    while True:
+        if rng.random() < 0.6:
+            d = float(rng.uniform(-0.6, 0.6))
+        else:
+            d = float(rng.choice([-1.0, 1.0]) * rng.uniform(1.7, 2.3))
+        if _far(d):
+            return d
+
+
+def make_batch(seed: int, *, per_token_advantages: bool = False) -> dict[str, torch.Tensor]:
+    """The TRL-layout batch (no old/ref log-probs yet)."""
+    rng = np.random.default_rng(seed)
+    prompt_ids = np.zeros((B, P), dtype=np.int64)
+    prompt_mask = np.zeros((B, P), dtype=np.int64)
+    completion_ids = np.zeros((B, C), dtype=np.int64)
+    completion_mask = np.zeros((B, C), dtype=np.int64)
+    for b in range(B):
+        p, c = PROMPT_LENGTHS[b], COMPLETION_LENGTHS[b]
+        prompt_ids[b, P - p :] = rng.integers(3, 32, size=p)
+        prompt_mask[b, P - p :] = 1
+        completion_ids[b, :c] = rng.integers(3, 32, size=c)
+        completion_mask[b, :c] = 1
+        if b in EOS_ROWS and c:
+            completion_ids[b, c - 1] = 1  # EOS; padding after it is the pad id 0
+    tool_mask = np.ones((B, C), dtype=np.int64)
+    tool_mask[TOOL_TOKEN] = 0
+    if per_token_advantages:
+        adv = rng.normal(0.0, 1.0, size=(B, C))
+    else:
+        adv = ADVANTAGE_SIGNS * (0.3 + np.abs(rng.normal(0.0, 1.0, size=B)))
+    return {
+        "prompt_ids": torch.from_numpy(prompt_ids),
+        "prompt_mask": torch.from_numpy(prompt_mask),
+        "completion_ids": torch.from_numpy(completion_ids),
+        "completion_mask": torch.from_numpy(completion_mask),
+        "tool_mask": torch.from_numpy(tool_mask),
+        "advantages": torch.tensor(adv, dtype=torch.float32),
+    }
+
+
+def add_old_and_ref(batch: dict[str, torch.Tensor], logp: torch.Tensor, seed: int, *, on_policy: bool = False) -> dict[str, torch.Tensor]:
+    """``old = logp - d`` and ``ref = logp - k`` ([B, C], 0 on padding as TRL's own are)."""
+    rng = np.random.default_rng(seed + 1)
+    loss_mask = (batch["completion_mask"] * batch["tool_mask"]).numpy().astype(bool)
+    d = np.zeros((B, C))
+    if not on_policy:
+        for b in range(B):
+            while True:
+                d[b] = [_draw_log_ratio(rng) for _ in range(C)]
+                n = loss_mask[b].sum()
+                if n == 0 or _far(float(d[b][loss_mask[b]].mean())):
+                    break
+    k = rng.uniform(-0.5, 0.5, size=(B, C))
+    pad = batch["completion_mask"].numpy() == 0
+    lp = logp.detach().to(torch.float64).numpy()
+    old = np.where(pad, 0.0, lp - d)
+    ref = np.where(pad, 0.0, lp - k)
+    out = dict(batch)
+    out["old_per_token_logps"] = torch.tensor(old, dtype=torch.float32)
+    out["ref_per_token_logps"] = torch.tensor(ref, dtype=torch.float32)
+    if on_policy:  # bitwise TRL's own values: the ratio is exactly 1
+        out["old_per_token_logps"] = logp.detach().clone()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec pieces with their vector-Jacobian products
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Piece:
+    """A per-token array of the spec composition and its VJP w.r.t. logp: ``vjp(u) = u · d value / d logp``."""
+
+    value: np.ndarray
+    vjp: Callable[[np.ndarray], np.ndarray]
+
+
+def ppo_piece(lp, old, A, m, *, eps_low, eps_high, dual_clip=None) -> Piece:
+    kw = dict(eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip)
+    return Piece(oracle.ppo_token_loss(lp, old, A, m, **kw), lambda u: oracle.ppo_token_loss_grad(lp, old, A, m, u, **kw))
+
+
+def gspo_piece(lp, old, A, m, *, eps_low, eps_high, form="sequence") -> Piece:
+    kw = dict(eps_low=eps_low, eps_high=eps_high, form=form)
+    return Piece(oracle.gspo_token_loss(lp, old, A, m, **kw), lambda u: oracle.gspo_token_loss_grad(lp, old, A, m, u, **kw))
+
+
+def cispo_piece(lp, old, A, m, *, eps_high, bound, eps_low=None) -> Piece:
+    kw = dict(eps_low=eps_low, eps_high=eps_high, bound=bound)
+    return Piece(oracle.cispo_token_loss(lp, old, A, m, **kw), lambda u: oracle.cispo_token_loss_grad(lp, old, A, m, u, **kw))
+
+
+def pg_piece(lp, A, m) -> Piece:
+    return Piece(oracle.pg_token_loss(lp, A, m), lambda u: oracle.pg_token_loss_grad(lp, A, m, u))
+
+
+def ratio_piece(lp, old, m, level: str) -> Piece:
+    """The importance ratio r_t = exp(logp_t - old_t) (level "token") or GSPO's s_b (level "sequence") on
+    every valid token, as spec pieces: the clipped surrogate with A = -1 and a clip range that never
+    binds (lower bound 1 - 1 = 0, upper 1 + 1e300) is exactly the ratio, with the ratio's gradient."""
+    minus_one = -np.ones(m.shape[0])
+    if level == "token":
+        return ppo_piece(lp, old, minus_one, m, eps_low=1.0, eps_high=1e300)
+    return gspo_piece(lp, old, minus_one, m, eps_low=1.0, eps_high=1e300)
+
+
+def kl_piece(lp, ref, old, m, *, times_ratio: str | None) -> Piece:
+    """Schulman's k3 (``kl_penalty(..., estimator="k3")``), optionally times the importance ratio
+    (TRL's ``use_bias_correction_kl``), with the product rule for the gradient."""
+    k = oracle.kl_penalty(lp, ref, m, estimator="k3")
+
+    def k_vjp(u: np.ndarray) -> np.ndarray:
+        return oracle.kl_penalty_grad(lp, ref, m, u, estimator="k3")
+
+    if times_ratio is None:
+        return Piece(k, k_vjp)
+    rho = ratio_piece(lp, old, m, times_ratio)
+    return Piece(k * rho.value, lambda u: k_vjp(u * rho.value) + rho.vjp(u * k))
+
+
+# ---------------------------------------------------------------------------------------------
+# Compositions: what TRL's loss_type should equal
+# ---------------------------------------------------------------------------------------------
+
+AGGREGATION = {  # trl/trainer/grpo_trainer.py:3153-3183 (1.16.0)
+    "grpo": "seq_mean_token_mean",
+    "sapo": "seq_mean_token_mean",
+    "bnpo": "token_mean",
+    "dr_grpo": "seq_mean_token_sum_norm",
+    "dapo": "token_mean",
+    "cispo": "token_mean",
+    "vespo": "token_mean",
+    "luspo": "seq_mean_token_sum",
+}
+
+
+@dataclass
+class Composition:
+    """One candidate formula for a TRL configuration."""
+
+    label: str  # "canonical" or the variant's description
+    preset: str | None  # preset name when the variant is a named framework preset
+    kwargs: dict[str, Any]  # the variant's keywords (empty for canonical)
+    policy: Callable[[np.ndarray], Piece]  # lp -> policy token loss
+    kl: str | None = None  # None (beta 0), "plain" or the ratio level multiplying k3
+    value_checked: bool = True
+    formula: str = ""
+    spec_id: str = ""
+
+
+def _agg_kwargs(run: dict[str, Any]) -> dict[str, Any]:
+    mode = AGGREGATION[run["loss_type"]]
+    kw: dict[str, Any] = {"mode": mode}
+    if mode == "seq_mean_token_sum_norm":
+        kw["norm_length"] = run["max_completion_length"]
+    if run["loss_type"] in ("dapo", "cispo", "vespo"):
+        kw["num_tokens"] = run["num_items_in_batch"]
+    return kw
+
+
+@dataclass
+class _Option:
+    """One choice for a part of a composition (the policy term or the KL term)."""
+
+    label: str  # "" for canonical
+    preset: str | None
+    kwargs: dict[str, Any]
+    formula: str
+    spec_id: str
+    policy: Callable[[np.ndarray], Piece] | None = None
+    kl: str | None = None
+    value_checked: bool = True
+
+
+def _policy_options(run: dict[str, Any], on_policy: bool) -> list[_Option]:
+    lt, level = run["loss_type"], run["importance_sampling_level"]
+    old, A, m = run["old_logp"], run["advantages"], run["mask"]
+    el, eh, delta = run["epsilon_low"], run["epsilon_high"], run["delta"]
+    if lt in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo") and level == "sequence":
+        # grpo_trainer.py:3087, 3113-3120: s_b = exp(masked mean log-ratio), clipped like PPO
+        return [_Option("", None, {}, f"gspo_token_loss(eps_low={el:g}, eps_high={eh:g})", "loss.gspo",
+                        policy=lambda lp: gspo_piece(lp, old, A, m, eps_low=el, eps_high=eh))]
+    if lt in ("grpo", "bnpo", "dr_grpo", "dapo", "luspo"):
+        # grpo_trainer.py:3113-3120; TRL's `delta` (:3116) caps r, which for A < 0 is the spec's dual_clip
+        dual = f", dual_clip={delta:g}" if delta is not None else ""
+        return [_Option("", None, {}, f"ppo_token_loss(eps_low={el:g}, eps_high={eh:g}{dual})", "loss.ppo",
+                        policy=lambda lp: ppo_piece(lp, old, A, m, eps_low=el, eps_high=eh, dual_clip=delta))]
+    if lt == "cispo" and level == "token":
+        # grpo_trainer.py:3110-3111: clamp(r, max=epsilon_high).detach(), an absolute bound
+        return [
+            _Option("", None, {}, f"cispo_token_loss(eps_high={eh:g})", "loss.cispo",
+                    policy=lambda lp: cispo_piece(lp, old, A, m, eps_high=eh, bound="relative")),
+            _Option("bound='absolute'", "trl", {"bound": "absolute"},
+                    f"cispo_token_loss(eps_high={eh:g}, bound='absolute')", "loss.cispo",
+                    policy=lambda lp: cispo_piece(lp, old, A, m, eps_high=eh, bound="absolute")),
+        ]
+    if lt == "vespo" and on_policy and level == "token":
+        # phi(w = 1) = e^(lambda + k*0 - lambda) = 1 (grpo_trainer.py:2972-3018): -sg(phi)*A*logp is pg.
+        return [_Option("", None, {}, "pg_token_loss (VESPO's phi(1) = 1 on-policy)", "loss.pg",
+                        policy=lambda lp: pg_piece(lp, A, m))]
+    if lt == "sapo" and on_policy and level == "token":
+        # sigmoid(tau*(r - 1))*4/tau has value 2/tau and slope 1 at r = 1: on-policy its gradient is
+        # the policy gradient's; its value is not a spec quantity.
+        return [_Option("", None, {}, "pg_token_loss (gradient only: SAPO's gate has slope 1 at r = 1)", "loss.pg",
+                        policy=lambda lp: pg_piece(lp, A, m), value_checked=False)]
+    return []
+
+
+def _kl_options(run: dict[str, Any]) -> list[_Option]:
+    beta = run["beta"]
+    if beta == 0.0:
+        return [_Option("", None, {}, "", "")]
+    level = "sequence" if run["importance_sampling_level"] == "sequence" else "token"
+    ratio = "s_b" if level == "sequence" else "r_t"
+    return [
+        # grpo_trainer.py:3100-3102: k3 = exp(ref - logp) - (ref - logp) - 1
+        _Option("", None, {}, f" + {beta:g}*kl_penalty(estimator='k3')", "kl.estimator", kl="plain"),
+        # grpo_trainer.py:3104-3105 with use_bias_correction_kl=True (the default, grpo_config.py:972)
+        _Option("KL x importance ratio", "trl", {"kl": f"k3 * {ratio} (use_bias_correction_kl)"},
+                f" + {beta:g}*kl_penalty(estimator='k3')*{ratio}", "kl.estimator", kl=level),
+    ]
+
+
+def compositions(run: dict[str, Any], *, on_policy: bool) -> list[Composition]:
+    """Candidate compositions for a run, canonical first; [] when no spec composition exists."""
+    policies = _policy_options(run, on_policy)
+    if not policies:
+        return []
+    agg = _agg_kwargs(run)
+    out = []
+    for pol, kl in itertools.product(policies, _kl_options(run)):
+        formula = f"aggregate({pol.formula}{kl.formula}, {', '.join(f'{k}={v!r}' for k, v in agg.items())})"
+        if run["entropy_coef"]:
+            formula += f" - {run['entropy_coef']:g}*aggregate(token_entropy_from_hidden, mode='token_mean')"
+        spec_ids = [pol.spec_id, kl.spec_id, "agg", "logprob.entropy" if run["entropy_coef"] else "", "logprob.fused"]
+        presets = {x for x in (pol.preset, kl.preset) if x}
+        out.append(Composition(
+            label=", ".join(x for x in (pol.label, kl.label) if x) or "canonical",
+            preset=presets.pop() if len(presets) == 1 else None,
+            kwargs={**pol.kwargs, **kl.kwargs},
+            policy=pol.policy,
+            kl=kl.kl,
+            value_checked=pol.value_checked,
+            formula=formula,
+            spec_id="+".join(x for x in spec_ids if x),
+        ))
+    return out
+
+
+@dataclass
+class Evaluated:
+    loss: float
+    grad_logp: np.ndarray
+    grad_entropy: np.ndarray
+    grad_hidden: np.ndarray
+    grad_weight: np.ndarray
+
+
+def evaluate(run: dict[str, Any], comp: Composition) -> Evaluated:
+    """The composition's value and gradients (float64 oracle, on the hidden states TRL saw)."""
+    h, W = run["hidden"], run["weight"]
+    ids, m, tau = run["input_ids"], run["mask"], run["temperature"]
+    lp = oracle.token_logprobs_from_hidden(h, W, ids, m, temperature=tau)
+    pol = comp.policy(lp)
+    total, vjps = pol.value, [pol.vjp]
+    beta = run["beta"]
+    if comp.kl is not None:
+        kl = kl_piece(lp, run["ref_logp"], run["old_logp"], m, times_ratio=None if comp.kl == "plain" else comp.kl)
+        total = total + beta * kl.value
+        vjps.append(lambda u, kl=kl: beta * kl.vjp(u))
+    agg = _agg_kwargs(run)
+    loss = oracle.aggregate(total, m, **agg)
+    w = oracle.aggregate_grad(total, m, 1.0, **agg)
+    g_lp = sum(v(w) for v in vjps)
+    g_h, g_w = oracle.token_logprobs_from_hidden_grad(h, W, ids, m, g_lp, temperature=tau)
+    g_ent = np.zeros_like(g_lp)
+    coef = run["entropy_coef"]
+    if coef:
+        # grpo_trainer.py:3186-3215: loss - coef * (masked mean entropy) / GA
+        H = oracle.token_entropy_from_hidden(h, W, m, temperature=tau)
+        loss = loss - coef * oracle.aggregate(H, m, mode="token_mean")
+        g_ent = -coef * oracle.aggregate_grad(H, m, 1.0, mode="token_mean")
+        eh, ew = oracle.token_entropy_from_hidden_grad(h, W, m, g_ent, temperature=tau)
+        g_h, g_w = g_h + eh, g_w + ew
+    return Evaluated(float(loss), g_lp, g_ent, g_h, g_w)
+
+
+# Tolerances: TRL works in float32 on float32 hidden states; the oracle in float64 on the same values.
+VALUE_TOL = tolerance("agg", "float32", "value")
+LOGP_GRAD_TOL = tolerance("loss.ppo", "float32", "grad")
+HEAD_GRAD_TOL = tolerance("logprob.fused", "float32", "grad")
+
+
+@dataclass
+class Comparison:
+    mismatches: list[Mismatch] = field(default_factory=list)
+    checks: dict[str, str] = field(default_factory=dict)
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+
+    def add(self, what: str, actual: Any, expected: Any, tol: Tol) -> None:
+        a, e = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+        mm = compare(a, e, tol, what=what)
+        self.checks[what] = "pass" if mm is None else "fail"
+        if mm is not None:
+            self.mismatches.append(mm)
+        diff = np.abs(a - e)
+        if diff.size:
+            self.max_abs = max(self.max_abs, float(diff.max()))
+            self.max_rel = max(self.max_rel, float((diff / np.maximum(np.abs(e), 1e-300)).max()))
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+
+def compare_run(run: dict[str, Any], comp: Composition) -> tuple[Comparison, Evaluated]:
+    ev = evaluate(run, comp)
+    c = Comparison()
+    if comp.value_checked:
+        c.add("value", run["loss"], ev.loss, VALUE_TOL)
+    c.add("grad[logp]", run["grad_logp"], ev.grad_logp, LOGP_GRAD_TOL)
+    if run["entropy_coef"]:
+        c.add("grad[entropy]", run["grad_entropy"], ev.grad_entropy, LOGP_GRAD_TOL)
+    c.add("grad[hidden]", run["grad_hidden"], ev.grad_hidden, HEAD_GRAD_TOL)
+    c.add("grad[weight]", run["grad_weight"], ev.grad_weight, HEAD_GRAD_TOL)
+    return c, ev
+
+
+# ---------------------------------------------------------------------------------------------
+# The configurations
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    loss_type: str
+    config: tuple[tuple[str, Any], ...] = ()
+    per_token_advantages: bool = False
+    on_policy: bool = False
+
+    @property
+    def row_id(self) -> str:
+        parts = [self.loss_type]
+        cfg = dict(self.config)
+        if cfg.pop("importance_sampling_level", "token") == "sequence":
+            parts.append("sequence")
+        beta = cfg.pop("beta", 0.0)
+        parts += [f"{k}={v}" for k, v in cfg.items()]
+        if self.per_token_advantages:
+            parts.append("A=[B,T]")
+        if self.on_policy:
+            parts.append("on_policy")
+        parts.append(f"beta={beta:g}")
+        return f"trl.grpo_loss[{','.join(parts)}]"
+
+    def trl_config(self) -> dict[str, Any]:
+        return dict(self.config, loss_type=self.loss_type, max_completion_length=MAX_COMPLETION_LENGTH)
+
+
+def _cfg(loss_type: str, **config: Any) -> LossConfig:
+    return LossConfig(loss_type, tuple(sorted(config.items())))
+
+
+BETA = 0.04
+
+
+def loss_configs() -> list[LossConfig]:
+    """Every configuration checked (value and gradient)."""
+    out = []
+    for beta in (0.0, BETA):
+        out += [
+            _cfg("grpo", beta=beta),
+            _cfg("bnpo", beta=beta),
+            _cfg("dr_grpo", beta=beta),
+            _cfg("dapo", beta=beta),
+            _cfg("cispo", beta=beta),  # epsilon_high defaults to epsilon = 0.2 (grpo_trainer.py:946)
+            _cfg("cispo", beta=beta, epsilon_high=5.0),  # the value TRL's docs recommend for cispo
+            _cfg("grpo", beta=beta, importance_sampling_level="sequence"),  # GSPO
+            _cfg("luspo", beta=beta, importance_sampling_level="sequence"),
+        ]
+    out += [
+        _cfg("dapo", beta=BETA, use_bias_correction_kl=False),
+        _cfg("dapo", importance_sampling_level="sequence"),
+        _cfg("dapo", epsilon_high=0.28),
+        _cfg("dapo", delta=1.5),
+        _cfg("dapo", temperature=0.7),
+        _cfg("dapo", entropy_coef=0.01),
+        LossConfig("dapo", per_token_advantages=True),
+        LossConfig("vespo", on_policy=True),
+        LossConfig("sapo", on_policy=True),
+        LossConfig("vespo"),
+        LossConfig("sapo"),
+    ]
+    return out
+
+
+NOT_EXPRESSIBLE = {
+    "sapo": "SAPO's soft gate sigmoid(tau*(r-1))*4/tau (grpo_trainer.py:3121-3124) is not a spec v1 quantity",
+    "vespo": "VESPO's detached gamma weight phi(w) of the summed, clamped sequence log-ratio "
+    "(grpo_trainer.py:2972-3018, 3125-3137) is not a spec v1 quantity",
+}
+
+
+def run_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> dict[str, Any]:
+    """Drive TRL once for `cfg` and return the adapter's result as float64 NumPy arrays."""
+    config = cfg.trl_config()
+    batch = make_batch(seed, per_token_advantages=cfg.per_token_advantages)
+    logp = adapter.grpo_current_logps(batch, **config)
+    batch = add_old_and_ref(batch, logp, seed, on_policy=cfg.on_policy)
+    run = adapter.grpo_loss(batch, **config)
+    return {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in run.items()}
+
+
+def check_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> RowResult:
+    t0 = time.perf_counter()
+    row = RowResult(id=cfg.row_id, spec_id="loss.*+agg", function="trl.grpo_loss", adapter=adapter.name,
+                    status="pass", seeds=[seed], n_cases=1)
+    try:
+        run = run_loss_config(adapter, cfg, seed)
+        comps = compositions(run, on_policy=cfg.on_policy)
+        if not comps:
+            row.status = "not_implemented"
+            row.message = NOT_EXPRESSIBLE.get(cfg.loss_type, f"no spec v1 composition for loss_type {cfg.loss_type!r}")
+            if not cfg.on_policy and cfg.loss_type in NOT_EXPRESSIBLE:
+                row.message += " (off-policy; see the on_policy row for what is checked)"
+            return row
+        row.spec_id = comps[0].spec_id
+        first: tuple[Composition, Comparison] | None = None
+        for comp in comps:
+            result, _ = compare_run(run, comp)
+            if first is None:
+                first = (comp, result)
+            if result.ok:
+                row.max_abs_err, row.max_rel_err, row.checks = result.max_abs, result.max_rel, result.checks
+                if comp.label == "canonical":
+                    row.status = "pass"
+                    row.message = f"= {comp.formula}"
+                else:
+                    row.status = "preset"
+                    row.matched_preset = comp.preset
+                    row.matched_kwargs = comp.kwargs
+                    row.message = f"matches {'preset ' + comp.preset if comp.preset else 'variant'} ({comp.label}), not canonical: {comp.formula}"
+                if not comp.value_checked:
+                    row.status = "not_implemented"
+                    row.message = f"{NOT_EXPRESSIBLE[cfg.loss_type]}; value not compared. Gradient matches {comp.formula}"
+                return row
+        comp, result = first
+        row.status = "fail"
+        row.max_abs_err, row.max_rel_err, row.checks = result.max_abs, result.max_rel, result.checks
+        row.message = "\n".join(
+            [f"canonical {comp.formula}:"] + [m.describe() for m in result.mismatches]
+            + [f"no variant matched either ({', '.join(c.label for c in comps[1:]) or 'none tried'})"]
+        )
+        return row
+    except Exception as exc:  # an adapter failure is a row, not a crash
+        row.status = "error"
+        row.message = f"{type(exc).__name__}: {exc}"
+        return row
+    finally:
+        row.seconds = time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------------------------------------
+# RLOOTrainer's loss: PPO on whole sequences
+# ---------------------------------------------------------------------------------------------
+
+
+def rloo_composition(run: dict[str, Any]) -> tuple[Evaluated, str]:
+    """``RLOOTrainer._compute_loss`` (trl 1.16.0 ``rloo_trainer.py:1794-1863``) from spec pieces.
+
+    TRL clips the ratio of whole-sequence probabilities, exp(S_b - old_b) with S_b = sum_t m*logp_t,
+    and averages over the B sequences. In spec terms each sequence is one action: a [B, 2] array
+    holding S_b at the single valid position 1, then ``ppo_token_loss`` and ``aggregate(token_mean)``
+    (the mean over B one-token rows). The gradient of S_b w.r.t. each token's log-prob is the mask."""
+    h, W, ids, m, tau = run["hidden"], run["weight"], run["input_ids"], run["mask"], run["temperature"]
+    lp = oracle.token_logprobs_from_hidden(h, W, ids, m, temperature=tau)
+    nB = m.shape[0]
+    S, old = np.zeros((nB, 2)), np.zeros((nB, 2))
+    S[:, 1] = np.where(m, lp, 0.0).sum(axis=1)
+    old[:, 1] = run["old_logps"]
+    m2 = np.zeros((nB, 2), dtype=bool)
+    m2[:, 1] = True
+    kw = dict(eps_low=run["epsilon_low"], eps_high=run["epsilon_high"])
+    L = oracle.ppo_token_loss(S, old, run["advantages"], m2, **kw)
+    loss = oracle.aggregate(L, m2, mode="token_mean")
+    gS = oracle.ppo_token_loss_grad(S, old, run["advantages"], m2, oracle.aggregate_grad(L, m2, 1.0, mode="token_mean"), **kw)
+    g_lp = gS[:, 1:2] * m
+    g_h, g_w = oracle.token_logprobs_from_hidden_grad(h, W, ids, m, g_lp, temperature=tau)
+    formula = (f"aggregate(ppo_token_loss(S, old_S, eps_low={kw['eps_low']:g}, eps_high={kw['eps_high']:g}), "
+               "mode='token_mean') over one action per sequence, S_b = sum_t mask*logp")
+    return Evaluated(float(loss), g_lp, np.zeros_like(g_lp), g_h, g_w), formula
+
+
+RLOO_SEQUENCE_LOG_RATIOS = (-0.9, 0.1, 0.5, -0.05, 1.0)  # ratios 0.41, 1.11, 1.65, 0.95, 2.72
+
+
+def check_rloo_loss(adapter: Any, seed: int) -> RowResult:
+    t0 = time.perf_counter()
+    row = RowResult(id="trl.rloo_loss[beta=0]", spec_id="loss.ppo+agg+logprob.fused", function="trl.rloo_loss",
+                    adapter=adapter.name, status="pass", seeds=[seed], n_cases=1)
+    try:
+        config = {"beta": 0.0, "max_completion_length": MAX_COMPLETION_LENGTH}
+        batch = make_batch(seed)
+        batch.pop("tool_mask")  # RLOOTrainer has no tool mask
+        logp = adapter.rloo_current_logps(batch, **config)
+        seq = (logp * batch["completion_mask"]).sum(1).to(torch.float64)
+        d = torch.tensor(np.random.default_rng(seed + 2).permutation(RLOO_SEQUENCE_LOG_RATIOS), dtype=torch.float64)
+        batch["old_logps"] = (seq - d).to(torch.float32)
+        run = {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in adapter.rloo_loss(batch, **config).items()}
+        ev, formula = rloo_composition(run)
+        c = Comparison()
+        c.add("value", run["loss"], ev.loss, VALUE_TOL)
+        c.add("grad[logp]", run["grad_logp"], ev.grad_logp, LOGP_GRAD_TOL)
+        c.add("grad[hidden]", run["grad_hidden"], ev.grad_hidden, HEAD_GRAD_TOL)
+        c.add("grad[weight]", run["grad_weight"], ev.grad_weight, HEAD_GRAD_TOL)
+        row.max_abs_err, row.max_rel_err, row.checks = c.max_abs, c.max_rel, c.checks
+        if c.ok:
+            row.message = f"= {formula}"
+        else:
+            row.status = "fail"
+            row.message = "\n".join([f"{formula}:"] + [m.describe() for m in c.mismatches])
+    except Exception as exc:
+        row.status = "error"
+        row.message = f"{type(exc).__name__}: {exc}"
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# TRL's bfloat16 paths (the core rows run in float32 only) and TRL's free helpers
+# ---------------------------------------------------------------------------------------------
+
+BF16_FUNCTIONS = ("token_logprobs", "token_entropy", "token_logprobs_from_hidden", "token_entropy_from_hidden", "grpo_advantages")
+
+
+class _DtypeView:
+    """The adapter restricted to other dtypes (everything else forwarded)."""
+
+    def __init__(self, adapter: Any, dtypes: tuple[str, ...]) -> None:
+        self._adapter = adapter
+        self.dtypes = dtypes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._adapter, name)
+
+
+def bf16_rows(adapter: Any, seed: int, n_seeds: int = 4) -> list[RowResult]:
+    view = _DtypeView(adapter, ("bfloat16",))
+    rows = []
+    for fn in BF16_FUNCTIONS:
+        t0 = time.perf_counter()
+        row = check_row(BY_FUNCTION[fn], view, seeds=seeds_for(fn, seed, n_seeds))
+        row.id = f"trl.{fn}[bfloat16]"
+        row.seconds = time.perf_counter() - t0
+        rows.append(row)
+    return rows
+
+
+def nanstd_row(adapter: Any, seed: int) -> RowResult:
+    """``trl.trainer.utils.nanstd`` is the spec's std with ddof = 1 (api.md, adv.grpo), ignoring NaNs."""
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    row = RowResult(id="trl.nanstd", spec_id="adv.grpo", function="trl.nanstd", adapter=adapter.name, status="pass",
+                    seeds=[seed])
+    c = Comparison()
+    cases = [rng.normal(0, 1, size=n) for n in (2, 3, 8)] + [np.array([1.0, 0, 0, 0]), np.array([3.0, 3, 3, 3])]
+    for i, x in enumerate(cases):
+        x32 = x.astype(np.float32).astype(np.float64)
+        expected = oracle.advantages.std_with_ddof(list(x32), float(np.mean(x32)), 1)
+        c.add(f"value[{i}]", float(adapter.nanstd(torch.tensor(x32, dtype=torch.float32))), expected, tolerance("adv.grpo", "float32"))
+        with_nan = np.concatenate([x32, [np.nan]])  # NaN-aware: the NaN is left out
+        c.add(f"nan[{i}]", float(adapter.nanstd(torch.tensor(with_nan, dtype=torch.float32))), expected, tolerance("adv.grpo", "float32"))
+    row.n_cases = len(cases)
+    row.max_abs_err, row.max_rel_err = c.max_abs, c.max_rel
+    row.checks = {"value": "pass" if c.ok else "fail"}
+    if not c.ok:
+        row.status = "fail"
+        row.message = "\n".join(m.describe() for m in c.mismatches)
+    else:
+        row.message = "= std(x, ddof=1) of the non-NaN elements"
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
+def fused_softmax_entropy_row(adapter: Any, seed: int, n_seeds: int = 4) -> RowResult:
+    """``selective_log_softmax_and_entropy`` = (token_logprobs, token_entropy), values and gradients."""
+    from conformance import cases
+
+    t0 = time.perf_counter()
+    row = RowResult(id="trl.selective_log_softmax_and_entropy", spec_id="logprob.token+logprob.entropy",
+                    function="trl.selective_log_softmax_and_entropy", adapter=adapter.name, status="pass")
+    c = Comparison()
+    for s in seeds_for("token_logprobs", seed, n_seeds):
+        case = cases.make_case("token_logprobs", s)
+        r = cases.rounded_args(case, "float32")
+        tau = case.kwargs["temperature"]
+        logits = torch.tensor(r["logits"], dtype=torch.float32, requires_grad=True)
+        lp, ent = adapter.selective_log_softmax_and_entropy(logits, torch.from_numpy(r["input_ids"]), torch.from_numpy(r["mask"]), temperature=tau)
+        c.add("value[logp]", lp.detach(), oracle.token_logprobs(r["logits"], r["input_ids"], r["mask"], temperature=tau), tolerance("logprob.token", "float32"))
+        c.add("value[entropy]", ent.detach(), oracle.token_entropy(r["logits"], r["mask"], temperature=tau), tolerance("logprob.entropy", "float32"))
+        g = np.random.default_rng(case.upstream_seed)
+        u1, u2 = g.normal(size=lp.shape), g.normal(size=ent.shape)
+        if lp.requires_grad or ent.requires_grad:
+            (lp * torch.tensor(u1, dtype=torch.float32) + ent * torch.tensor(u2, dtype=torch.float32)).sum().backward()
+        got = logits.grad if logits.grad is not None else torch.zeros_like(logits)
+        expected = oracle.token_logprobs_grad(r["logits"], r["input_ids"], r["mask"], u1, temperature=tau) + oracle.token_entropy_grad(r["logits"], r["mask"], u2, temperature=tau)
+        c.add("grad[logits]", got, expected, tolerance("logprob.token", "float32", "grad"))
+        row.seeds.append(s)
+    row.n_cases = n_seeds
+    row.max_abs_err, row.max_rel_err = c.max_abs, c.max_rel
+    row.checks = {k: v for k, v in c.checks.items()}
+    if not c.ok:
+        row.status = "fail"
+        row.message = "\n".join(m.describe() for m in c.mismatches)
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+# ---------------------------------------------------------------------------------------------
+
+
+def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
+    """Every TRL-specific row: the GRPO loss configurations (plus a row for any ``loss_type`` the
+    installed TRL offers that this module has no configuration for), TRL's bfloat16 paths and its
+    free helpers."""
+    configs = loss_configs()
+    rows = [check_loss_config(adapter, cfg, seed) for cfg in configs]
+    covered = {cfg.loss_type for cfg in configs}
+    for lt in adapter.grpo_loss_types():
+        if lt not in covered:
+            rows.append(RowResult(id=f"trl.grpo_loss[{lt}]", spec_id="loss.*+agg", function="trl.grpo_loss",
+                                  adapter=adapter.name, status="not_implemented",
+                                  message=f"TRL {adapter.version} offers loss_type {lt!r}; rlspec has no composition for it yet"))
+    rows.append(check_rloo_loss(adapter, seed))
+    rows.append(nanstd_row(adapter, seed))
+    rows.append(fused_softmax_entropy_row(adapter, seed))
+    rows += bf16_rows(adapter, seed)
+    return rows
+
+
+__all__ = ["extra_rows", "loss_configs", "check_loss_config", "check_rloo_loss", "run_loss_config", "compositions", "make_batch"]
