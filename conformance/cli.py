@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "conformance.commands.check",
     "conformance.commands.spec",
     "conformance.commands.repro",
+    "conformance.commands.readme",
     "conformance.commands.tiny_policy",
     "conformance.commands.vectors",
 )
