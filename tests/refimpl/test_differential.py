@@ -41,6 +41,6 @@ PRESET_PARAMS = [
 def test_refimpl_matches_oracle_under_preset(record, preset):
     @given(case=record.strategy())
     def check(case):
-        _check(record, case, "float32", {**case.kwargs, **record.presets[preset]})
+        _check(record, case, "float32", record.preset_kwargs(preset, case.kwargs))
 
     check()

@@ -1,0 +1,45 @@
+"""rlspec refimpl: the fast PyTorch implementation of spec v1 (values; gradients by autograd).
+
+Every function takes and returns torch tensors on any device, with the names, positional arguments
+and keywords of ``conformance/spec/v1/api.md``. Half-precision inputs are computed with float32
+accumulation and returned in their input dtype. Masked inputs never reach an output or a gradient.
+"""
+
+from refimpl.advantages import grpo_advantages, reinforce_advantages, rloo_advantages, whiten
+from refimpl.aggregation import aggregate, global_counts
+from refimpl.composite import policy_loss
+from refimpl.fused_logprobs import (
+    token_entropy_from_hidden,
+    token_logprobs_and_entropy_from_hidden,
+    token_logprobs_from_hidden,
+)
+from refimpl.gae import gae
+from refimpl.kl import kl_penalty
+from refimpl.logprobs import token_entropy, token_logprobs
+from refimpl.losses import cispo_token_loss, gspo_token_loss, pg_token_loss, ppo_token_loss, value_token_loss
+from refimpl.metrics import ppo_clipped_mask
+from refimpl.rewards import rlhf_token_rewards
+
+__all__ = [
+    "token_logprobs",
+    "token_entropy",
+    "token_logprobs_from_hidden",
+    "token_entropy_from_hidden",
+    "token_logprobs_and_entropy_from_hidden",
+    "reinforce_advantages",
+    "rloo_advantages",
+    "grpo_advantages",
+    "rlhf_token_rewards",
+    "gae",
+    "whiten",
+    "kl_penalty",
+    "pg_token_loss",
+    "ppo_token_loss",
+    "gspo_token_loss",
+    "cispo_token_loss",
+    "value_token_loss",
+    "aggregate",
+    "global_counts",
+    "policy_loss",
+    "ppo_clipped_mask",
+]

@@ -1,0 +1,49 @@
+"""Composite objectives built from the refimpl pieces (spec id ``loss.policy``)."""
+
+from __future__ import annotations
+
+import torch
+
+from refimpl.aggregation import AGGREGATION_MODES, aggregate
+from refimpl.kl import KL_ESTIMATORS, kl_penalty
+from refimpl.losses import ppo_token_loss
+from refimpl.validation import check_choice, check_mask, check_real, check_token_array
+
+__all__ = ["policy_loss"]
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    ref_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip: float | None = None,
+    kl_coef: float = 0.0,
+    kl_estimator: str = "k3",
+    mode: str = "token_mean",
+    norm_length: float | None = None,
+    num_tokens: float | torch.Tensor | None = None,
+    num_seqs: float | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Spec: loss.policy. aggregate(ppo_token_loss(logp, old_logp, A) + kl_coef·kl_penalty(logp, ref_logp), mask, mode)."""
+    fn = "policy_loss"
+    m = check_mask(fn, mask)
+    for name, value in (("logp", logp), ("old_logp", old_logp), ("ref_logp", ref_logp)):
+        check_token_array(fn, name, value, m)
+    kl_coef = check_real(fn, "kl_coef", kl_coef)
+    kl_estimator = check_choice(fn, "kl_estimator", kl_estimator, KL_ESTIMATORS)
+    mode = check_choice(fn, "mode", mode, AGGREGATION_MODES)
+    out_dtype = logp.dtype
+    if out_dtype in (torch.float16, torch.bfloat16):  # half inputs: the composite in float32, one rounding
+        logp, old_logp, ref_logp = logp.float(), old_logp.float(), ref_logp.float()
+        if isinstance(advantages, torch.Tensor) and advantages.dtype in (torch.float16, torch.bfloat16):
+            advantages = advantages.float()
+    token_loss = ppo_token_loss(logp, old_logp, advantages, m, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip)
+    if kl_coef != 0.0:
+        token_loss = token_loss + kl_coef * kl_penalty(logp, ref_logp, m, estimator=kl_estimator)
+    loss = aggregate(token_loss, m, mode=mode, norm_length=norm_length, num_tokens=num_tokens, num_seqs=num_seqs)
+    return loss.to(out_dtype)

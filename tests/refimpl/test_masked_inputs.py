@@ -1,0 +1,168 @@
+"""NaN, ±inf and 1e30 planted where the mask says "unused" change no output and no gradient, for
+every public refimpl function that takes a mask; gradients there are exactly 0, never NaN.
+
+"Unused" is: masked positions of per-token inputs; for logits / hidden states, the rows t-1 whose
+token t is masked (and the last row); for input_ids, masked positions (planted with ids outside
+the vocabulary).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+import refimpl
+from refimpl.aggregation import AGGREGATION_MODES
+
+B, T, V, D = 5, 8, 11, 4
+POISON = (float("nan"), float("inf"), float("-inf"), 1e30, -1e30)
+
+
+def make_mask() -> torch.Tensor:
+    mask = torch.zeros(B, T, dtype=torch.bool)
+    mask[0, 2:6] = True  # right padding
+    mask[1, 4:] = True  # left padding
+    mask[2, 1:7] = True
+    mask[2, 3] = False  # a gap inside the completion
+    mask[4, 1:] = True
+    # row 3: no valid token
+    return mask
+
+
+MASK = make_mask()
+MASKED = ~MASK
+UNREAD_ROWS = torch.ones(B, T, dtype=torch.bool)
+UNREAD_ROWS[:, :-1] = ~MASK[:, 1:]
+
+
+@dataclass
+class Case:
+    fn: Callable
+    args: dict[str, torch.Tensor]  # positional arguments, in order
+    kwargs: dict = field(default_factory=dict)
+    plant: dict[str, torch.Tensor] = field(default_factory=dict)  # argument -> [B, T] unused positions
+    grad: tuple[str, ...] = ()
+
+
+def token(dtype, seed, scale=1.0, offset=0.0):
+    g = torch.Generator().manual_seed(seed)
+    return (offset + scale * torch.randn(B, T, generator=g, dtype=torch.float64)).to(dtype)
+
+
+def cases(dtype: torch.dtype) -> dict[str, Case]:
+    g = torch.Generator().manual_seed(0)
+    logits = (3 * torch.randn(B, T, V, generator=g, dtype=torch.float64)).to(dtype)
+    hidden = torch.randn(B, T, D, generator=g, dtype=torch.float64).to(dtype)
+    weight = torch.randn(V, D, generator=g, dtype=torch.float64).to(dtype)
+    ids = torch.randint(0, V, (B, T), generator=g)
+    logp = -token(dtype, 1).abs()
+    old = logp + 0.3 * token(dtype, 2)
+    adv_bt, adv_b = token(dtype, 3), torch.randn(B, generator=g, dtype=torch.float64).to(dtype)
+    scores = torch.randn(B, generator=g, dtype=torch.float64).to(dtype)
+    per_token = {"logp": MASKED, "old_logp": MASKED, "ref_logp": MASKED, "advantages": MASKED}
+    out = {
+        "token_logprobs": Case(refimpl.token_logprobs, {"logits": logits, "input_ids": ids, "mask": MASK},
+                               {"temperature": 0.7}, {"logits": UNREAD_ROWS, "input_ids": MASKED}, ("logits",)),
+        "token_entropy": Case(refimpl.token_entropy, {"logits": logits, "mask": MASK}, {"temperature": 1.3},
+                              {"logits": UNREAD_ROWS}, ("logits",)),
+        "token_logprobs_from_hidden": Case(
+            refimpl.token_logprobs_from_hidden, {"hidden": hidden, "weight": weight, "input_ids": ids, "mask": MASK},
+            {"temperature": 0.7, "chunk_size": 3}, {"hidden": UNREAD_ROWS, "input_ids": MASKED}, ("hidden", "weight")),
+        "token_entropy_from_hidden": Case(
+            refimpl.token_entropy_from_hidden, {"hidden": hidden, "weight": weight, "mask": MASK},
+            {"vocab_chunk_size": 4}, {"hidden": UNREAD_ROWS}, ("hidden", "weight")),
+        "token_logprobs_and_entropy_from_hidden": Case(
+            refimpl.token_logprobs_and_entropy_from_hidden,
+            {"hidden": hidden, "weight": weight, "input_ids": ids, "mask": MASK},
+            {}, {"hidden": UNREAD_ROWS, "input_ids": MASKED}, ("hidden", "weight")),
+        "rlhf_token_rewards": Case(refimpl.rlhf_token_rewards, {"scores": scores, "logp": logp, "ref_logp": old, "mask": MASK},
+                                   {"kl_coef": 0.1, "estimator": "k3"}, per_token, ()),
+        "gae": Case(refimpl.gae, {"token_rewards": token(dtype, 4), "values": token(dtype, 5), "mask": MASK},
+                    {"gamma": 0.99, "lam": 0.95}, {"token_rewards": MASKED, "values": MASKED}, ()),
+        "whiten": Case(refimpl.whiten, {"x": token(dtype, 6, 2.0, 5.0), "mask": MASK}, {"shift_mean": False},
+                       {"x": MASKED}, ()),
+        "pg_token_loss": Case(refimpl.pg_token_loss, {"logp": logp, "advantages": adv_bt, "mask": MASK}, {},
+                              per_token, ("logp", "advantages")),
+        "value_token_loss": Case(refimpl.value_token_loss,
+                                 {"values": token(dtype, 7), "old_values": token(dtype, 8), "returns": token(dtype, 9), "mask": MASK},
+                                 {"clip": 0.2}, {"values": MASKED, "old_values": MASKED, "returns": MASKED}, ("values", "old_values")),
+    }
+    for estimator in ("k1", "k2", "k3"):
+        out[f"kl_penalty-{estimator}"] = Case(
+            refimpl.kl_penalty, {"logp": logp, "ref_logp": old, "mask": MASK},
+            {"estimator": estimator, "log_ratio_clamp": 5.0, "clamp": 10.0}, per_token, ("logp", "ref_logp"))
+    for name, fn, kw in [
+        ("ppo", refimpl.ppo_token_loss, {"dual_clip": 3.0, "log_ratio_clamp": 20.0}),
+        ("gspo-sequence", refimpl.gspo_token_loss, {"eps_low": 0.05, "eps_high": 0.1}),
+        ("gspo-token_sg", refimpl.gspo_token_loss, {"form": "token_sg"}),
+        ("cispo-relative", refimpl.cispo_token_loss, {"eps_low": 0.2}),
+        ("cispo-absolute", refimpl.cispo_token_loss, {"eps_high": 5.0, "bound": "absolute"}),
+    ]:
+        for adv_name, adv in (("tokens", adv_bt), ("rows", adv_b)):
+            args = {"logp": logp, "old_logp": old, "advantages": adv, "mask": MASK}
+            plant = dict(per_token) if adv.dim() == 2 else {k: v for k, v in per_token.items() if k != "advantages"}
+            out[f"{name}-{adv_name}"] = Case(fn, args, kw, plant, ("logp", "old_logp"))
+    policy_args = {"logp": logp, "old_logp": old, "ref_logp": old - 0.2, "advantages": adv_bt, "mask": MASK}
+    out["policy_loss"] = Case(refimpl.policy_loss, policy_args, {"kl_coef": 0.1, "mode": "seq_mean_token_mean"},
+                              per_token, ("logp", "old_logp", "ref_logp"))
+    out["ppo_clipped_mask"] = Case(refimpl.ppo_clipped_mask, {k: v for k, v in policy_args.items() if k != "ref_logp"},
+                                   {"dual_clip": 3.0}, per_token)
+    for mode in AGGREGATION_MODES:
+        out[f"aggregate-{mode}"] = Case(refimpl.aggregate, {"token_loss": token(dtype, 10), "mask": MASK},
+                                        {"mode": mode, "norm_length": 7.0}, {"token_loss": MASKED}, ("token_loss",))
+    return out
+
+
+SEQUENCE_LEVEL = {"reinforce_advantages", "rloo_advantages", "grpo_advantages", "global_counts"}
+
+
+def test_every_public_function_is_covered():
+    covered = {case.fn.__name__ for case in cases(torch.float32).values()}
+    assert covered | SEQUENCE_LEVEL == set(refimpl.__all__)
+
+
+def planted(name: str, x: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    x = x.clone()
+    if name == "input_ids":
+        bad = torch.tensor([-100, V, V + 1000, -1]).repeat(B * T)[: B * T].view(B, T)
+        return torch.where(where, bad, x)
+    poison = torch.tensor(POISON, dtype=torch.float64).repeat(B * T)[: B * T].view(B, T).to(x.dtype)
+    if x.dim() == 3:
+        poison = poison.unsqueeze(2).expand_as(x)
+        where = where.unsqueeze(2).expand_as(x)
+    return torch.where(where, poison, x)
+
+
+def run(case: Case, args: dict[str, torch.Tensor]):
+    leaves = {k: (v.clone().requires_grad_() if k in case.grad else v) for k, v in args.items()}
+    out = case.fn(*leaves.values(), **case.kwargs)
+    outs = out if isinstance(out, tuple) else (out,)
+    loss = sum((o.double() * (1.0 + torch.arange(o.numel(), dtype=torch.float64).view(o.shape))).sum() for o in outs)
+    inputs = [leaves[k] for k in case.grad]
+    grads = torch.autograd.grad(loss, inputs, allow_unused=True) if inputs else ()
+    return outs, grads
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", sorted(cases(torch.float32)))
+def test_planted_values_change_nothing(name, dtype):
+    case = cases(dtype)[name]
+    clean_out, clean_grads = run(case, case.args)
+    dirty_args = {k: planted(k, v, case.plant[k]) if k in case.plant else v for k, v in case.args.items()}
+    assert any(not torch.equal(dirty_args[k], case.args[k]) for k in case.plant)
+    dirty_out, dirty_grads = run(case, dirty_args)
+    for a, b in zip(clean_out, dirty_out):
+        assert torch.equal(a, b), f"{name}: output changed"
+        assert torch.isfinite(b).all()
+    for arg, a, b in zip(case.grad, clean_grads, dirty_grads):
+        a = torch.zeros_like(case.args[arg]) if a is None else a
+        b = torch.zeros_like(case.args[arg]) if b is None else b
+        assert torch.equal(a, b), f"{name}: gradient w.r.t. {arg} changed"
+        assert torch.isfinite(b).all()
+        if arg in case.plant:
+            unused = case.plant[arg]
+            unused = unused.unsqueeze(2).expand_as(b) if b.dim() == 3 else unused
+            assert (b[unused] == 0).all(), f"{name}: non-zero gradient w.r.t. {arg} at unused positions"
