@@ -422,6 +422,47 @@ def case_aggregate(rng: np.random.Generator) -> Case:
     )
 
 
+def case_ppo_clipped_mask(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    logp = logprobs_like(rng, (B, T))
+    # log-ratios on both sides of every clip boundary, up to ratios beyond a dual clip of 3
+    old_logp = logp + rng.normal(0.0, float(rng.choice([0.1, 0.3, 0.8, 1.5])), size=(B, T))
+    args = {"logp": logp, "old_logp": old_logp, "advantages": advantages_like(rng, B, T), "mask": mask}
+    eps_low = float(rng.choice([0.2, 0.1]))
+    return Case(
+        "ppo_clipped_mask",
+        args,
+        {
+            "eps_low": eps_low,
+            "eps_high": float(rng.choice([eps_low, 0.28])),
+            "dual_clip": rng.choice([None, 3.0]),
+            "log_ratio_clamp": rng.choice([None, 20.0]),
+        },
+    )
+
+
+def case_policy_loss(rng: np.random.Generator) -> Case:
+    args = _policy_args(rng)
+    mask = args.pop("mask")
+    advantages = args.pop("advantages")
+    args["ref_logp"] = nearby(rng, args["logp"])
+    args["advantages"] = advantages
+    args["mask"] = mask
+    mode = str(rng.choice(AGG_MODES))
+    kwargs: dict[str, Any] = {
+        "eps_low": 0.2,
+        "eps_high": float(rng.choice([0.2, 0.28])),
+        "dual_clip": rng.choice([None, 3.0]),
+        "kl_coef": float(rng.choice([0.0, 0.04, 0.1, 1.0])),
+        "kl_estimator": str(rng.choice(["k1", "k2", "k3"])),
+        "mode": mode,
+    }
+    if mode == "seq_mean_token_sum_norm":
+        kwargs["norm_length"] = float(rng.choice([mask.shape[1], 16]))
+    return Case("policy_loss", args, kwargs, grad_args=("logp",))
+
+
 GENERATORS: dict[str, Callable[[np.random.Generator], Case]] = {
     "token_logprobs": case_token_logprobs,
     "token_entropy": case_token_entropy,
@@ -440,6 +481,8 @@ GENERATORS: dict[str, Callable[[np.random.Generator], Case]] = {
     "cispo_token_loss": case_cispo_token_loss,
     "value_token_loss": case_value_token_loss,
     "aggregate": case_aggregate,
+    "ppo_clipped_mask": case_ppo_clipped_mask,
+    "policy_loss": case_policy_loss,
 }
 
 

@@ -58,7 +58,8 @@ def compare(actual: object, expected: np.ndarray, tol: Tol, what: str = "value")
     bad = diff > tol.atol + tol.rtol * np.abs(np.where(np.isfinite(e), e, 0.0))
     if not bad.any():
         return None
-    rel = diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rel = diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
     rel = np.where(diff == 0, 0.0, rel)
     i_abs = np.unravel_index(int(np.argmax(diff)), diff.shape)
     i_rel = np.unravel_index(int(np.argmax(rel)), rel.shape)

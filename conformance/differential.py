@@ -36,6 +36,9 @@ class Outcome:
     max_rel: float = 0.0
     message: str = ""
     grad_checked: bool = False
+    # What the adapter returned on this trial (outputs, then gradients), as float64 arrays: the
+    # evidence `conformance.diagnosis` replays a known bug against. Empty when the call raised.
+    observed: tuple[np.ndarray, ...] = ()
 
     def header(self) -> str:
         return (
@@ -175,6 +178,7 @@ def check_adapter(
         outcome.message = f"{type(exc).__name__}: {exc}"
         return outcome
 
+    outcome.observed = actual
     names = ("advantages", "returns") if record.output == "pair" else ("value",)
     if len(actual) != len(expected):
         outcome.status = "fail"
@@ -194,6 +198,7 @@ def check_adapter(
             return outcome
         if actual_grads is not None:
             outcome.grad_checked = True
+            outcome.observed = outcome.observed + tuple(actual_grads)
             gtol = tolerance(record.spec_id, dtype, "grad")
             for name, a, e in zip(record.grad_args, actual_grads, grads_expected):
                 _record(outcome, compare(a, e, gtol, what=f"grad[{name}]"), a, e)
@@ -228,7 +233,7 @@ def _record(outcome: Outcome, mismatch: Mismatch | None, actual: Any, expected: 
     a = np.asarray(actual, dtype=np.float64)
     e = np.asarray(expected, dtype=np.float64)
     if a.shape == e.shape and a.size:
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):
             diff = np.abs(a - e)
             diff = np.where(np.isnan(a) & np.isnan(e), 0.0, diff)
             rel = np.where(diff == 0, 0.0, diff / np.maximum(np.abs(e), 1e-300))

@@ -11,6 +11,8 @@ What a record holds:
 - `strategy()`: Hypothesis strategy of realistic inputs (`conformance.cases`);
 - `dtypes`: input dtypes the refimpl is tested in;
 - `invariants`: names of the metamorphic properties that apply (see `INVARIANTS`);
+- `stop_grad_args`: inputs the spec makes constants: no gradient may reach them through any output
+  (the `invariant:detached` check, `conformance.invariants`);
 - `presets`: keyword sets from `oracle.presets.PRESETS` that apply to this function;
 - `question`: the keywords a conformance check passes to an adapter (what is asked: the estimator,
   the clip range, the aggregation mode); every other keyword is left at its canonical default;
@@ -26,6 +28,7 @@ every preset, every listed invariant (tests/refimpl), golden vectors (conformanc
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -43,6 +46,7 @@ INVARIANTS = {
     "group_permutation": "permuting the members of a group permutes the outputs the same way",
     "on_policy": "old == current log-probs give ratio 1 (no clipping) and ref == current gives KL 0",
     "partition": "splitting the batch into micro-batches with global counts sums to the whole",
+    "detached": "no gradient reaches the inputs the spec makes constants (stop_grad_args)",
 }
 
 
@@ -57,6 +61,7 @@ class QuantityInfo:
     variants: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     well_conditioned: Callable[[dict[str, Any], dict[str, Any]], bool] | None = None
     output: str = "array"  # "array", "pair" (gae) or "scalar" (aggregate)
+    stop_grad_args: tuple[str, ...] = ()
 
     @property
     def oracle(self) -> Callable[..., Any]:
@@ -85,6 +90,20 @@ class QuantityInfo:
         """The part of a case's keywords that a conformance check asks an adapter for."""
         return {k: v for k, v in kwargs.items() if k in self.question}
 
+    def required_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The keywords of a case that have no canonical default (`mode`, `norm_length`,
+        `kl_coef`): the base a preset's keywords are applied on."""
+        params = inspect.signature(self.oracle).parameters
+        return {
+            k: v
+            for k, v in kwargs.items()
+            if k in params and (params[k].default is inspect.Parameter.empty or k == "norm_length")
+        }
+
+    def preset_kwargs(self, preset: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A case's required keywords with `preset`'s keywords on top (canonical elsewhere)."""
+        return {**self.required_kwargs(kwargs), **self.presets[preset]}
+
     def variant_kwargs(self) -> Iterator[dict[str, Any]]:
         """Every keyword combination of the variant grid (presets first)."""
         yield from self.presets.values()
@@ -102,6 +121,7 @@ MARGIN = 1e-4
 
 
 def _far(x: np.ndarray, kinks: list[float]) -> bool:
+    x = np.nan_to_num(x, nan=np.inf)
     return all(np.all(np.abs(x - k) > MARGIN * max(1.0, abs(k))) for k in kinks)
 
 
@@ -109,7 +129,8 @@ def _ratio(args: dict[str, Any], clamp: float | None = None) -> np.ndarray:
     d = (args["logp"] - args["old_logp"])[args["mask"]]
     if clamp is not None:
         d = np.clip(d, -clamp, clamp)
-    return np.exp(d)
+    with np.errstate(over="ignore"):
+        return np.exp(d)
 
 
 def _ppo_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
@@ -126,7 +147,8 @@ def _gspo_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
     mask = args["mask"]
     d = np.where(mask, args["logp"] - np.where(mask, args["old_logp"], 0.0), 0.0)
     n = mask.sum(axis=1)
-    s = np.exp(d.sum(axis=1)[n > 0] / n[n > 0])
+    with np.errstate(over="ignore"):
+        s = np.exp(d.sum(axis=1)[n > 0] / n[n > 0])
     return _far(s, [1 - kw.get("eps_low", 3e-4), 1 + kw.get("eps_high", 4e-4)])
 
 
@@ -171,14 +193,21 @@ REGISTRY: tuple[QuantityInfo, ...] = (
         question=("temperature",),
     ),
     QuantityInfo(
-        "reinforce_advantages", "adv.reinforce", invariants=(), question=("baseline",)
+        "reinforce_advantages",
+        "adv.reinforce",
+        invariants=(),
+        question=("baseline",),
+        stop_grad_args=("rewards",),
     ),
-    QuantityInfo("rloo_advantages", "adv.rloo", invariants=("group_permutation",)),
+    QuantityInfo(
+        "rloo_advantages", "adv.rloo", invariants=("group_permutation",), stop_grad_args=("rewards",)
+    ),
     QuantityInfo(
         "grpo_advantages",
         "adv.grpo",
         invariants=("group_permutation",),
         question=("scale",),
+        stop_grad_args=("rewards",),
         variants={
             "std_ddof": (1, 0),
             "eps": (1e-6, 0.0, 1e-4, 1e-8, 1e-9),
@@ -190,13 +219,21 @@ REGISTRY: tuple[QuantityInfo, ...] = (
         "reward.rlhf",
         invariants=("mask", "on_policy"),
         question=("kl_coef", "estimator"),
+        stop_grad_args=("scores", "logp", "ref_logp"),
     ),
-    QuantityInfo("gae", "adv.gae", output="pair", question=("gamma", "lam")),
+    QuantityInfo(
+        "gae",
+        "adv.gae",
+        output="pair",
+        question=("gamma", "lam"),
+        stop_grad_args=("token_rewards", "values"),
+    ),
     QuantityInfo(
         "whiten",
         "adv.whiten",
         question=("shift_mean",),
         variants={"std_ddof": (1, 0), "eps": (1e-8, 1e-6, 0.0)},
+        stop_grad_args=("x",),
     ),
     QuantityInfo(
         "kl_penalty",
@@ -239,6 +276,7 @@ REGISTRY: tuple[QuantityInfo, ...] = (
         grad_args=("values",),
         question=("clip",),
         well_conditioned=_value_conditioned,
+        stop_grad_args=("returns",),
     ),
     QuantityInfo(
         "aggregate",
@@ -247,6 +285,23 @@ REGISTRY: tuple[QuantityInfo, ...] = (
         invariants=("mask", "partition"),
         question=("mode", "norm_length"),
         output="scalar",
+    ),
+    QuantityInfo(
+        "ppo_clipped_mask",
+        "metric.clip",
+        invariants=("mask", "on_policy"),
+        question=("eps_low", "eps_high", "dual_clip"),
+        variants={"log_ratio_clamp": (None, 20.0)},
+        well_conditioned=_ppo_conditioned,
+    ),
+    QuantityInfo(
+        "policy_loss",
+        "loss.policy",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy", "partition"),
+        question=("eps_low", "eps_high", "dual_clip", "kl_coef", "kl_estimator", "mode", "norm_length"),
+        output="scalar",
+        well_conditioned=_ppo_conditioned,
     ),
 )
 

@@ -5,12 +5,19 @@ One *row* is (quantity, adapter). Its checks:
 - `property`: seeded realistic cases, every dtype the adapter supports, only the keywords that the
   record's `question` names (everything else at the canonical default);
 - `golden`: the published golden vectors of the function;
-- `invariant:mask`: the property cases with NaN / +-inf / 1e30 at positions that must not matter;
+- `invariant:mask`: the property cases with NaN / +-inf / 1e30 at positions that must not matter give
+  the same outputs and gradients as the clean cases (metamorphic: the adapter against itself);
 - `invariant:on_policy`: old and reference log-probs equal to the current ones;
+- `invariant:partition`: micro-batches called with global counts sum to the whole batch (metamorphic);
+- `invariant:detached`: no gradient reaches the inputs the spec makes constants (torch adapters);
 - `preset:<name>`: for adapters that accept every spec keyword (`accepts_variants = True`), the
   property cases under each preset's keywords.
-A row whose canonical checks fail is then fingerprinted: the oracle is re-run under every preset and
-variant keyword set of the record; if one explains every failing case, the row reports it.
+The metamorphic checks are in `conformance.invariants`. A row whose oracle-compared checks fail (and
+whose metamorphic checks pass) is then fingerprinted: the oracle is re-run under every preset and
+variant keyword set of the record; if one explains every failing case, the row reports it. A row
+whose only failures are preset checks is a FAIL (the adapter computes the canonical quantity but not
+a preset's keywords). `check_row` keeps the failing trials on `RowResult.evidence` for
+`conformance.diagnosis`, which names the known bugs consistent with them.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Any
 
 from conformance import cases
 from conformance.differential import Outcome, run_case
+from conformance.invariants import METAMORPHIC
 from conformance.registry import QuantityInfo
 
 STATUSES = ("pass", "preset", "fail", "error", "not_implemented")
@@ -47,6 +55,10 @@ class RowResult:
     n_cases: int = 0
     seeds: list[int] = field(default_factory=list)
     seconds: float = 0.0
+
+    # Not a dataclass field (never serialised): the (trial, outcome) pairs that failed or raised,
+    # set by `check_row`, for `conformance.diagnosis`.
+    evidence = ()
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -80,7 +92,13 @@ class _Trial:
     dtype: str
     adapter_kwargs: dict[str, Any]
 
+    @property
+    def metamorphic(self) -> bool:
+        return self.kind in METAMORPHIC
+
     def run(self, record: QuantityInfo, adapter: Any, oracle_override: dict[str, Any] | None = None) -> Outcome:
+        if self.kind in METAMORPHIC:  # the adapter against itself: no oracle keywords to override
+            return METAMORPHIC[self.kind](record, adapter, self.case, self.dtype, self.adapter_kwargs)
         okw = dict(self.adapter_kwargs)
         if oracle_override is not None:
             okw.update(oracle_override)
@@ -96,9 +114,13 @@ def _trials(record: QuantityInfo, adapter: Any, seeds: list[int], golden: Iterab
         for dtype in dtypes:
             trials.append(_Trial("property", case, dtype, question))
         if "mask" in record.invariants and "mask" in case.args:
-            trials.append(_Trial("invariant:mask", cases.plant_masked(case, seed), dtypes[0], question))
+            trials.append(_Trial("invariant:mask", case, dtypes[0], question))
         if "on_policy" in record.invariants:
             trials.append(_Trial("invariant:on_policy", cases.on_policy(case), dtypes[0], question))
+        if "partition" in record.invariants:
+            trials.append(_Trial("invariant:partition", case, dtypes[0], question))
+        if record.stop_grad_args and adapter.array_api == "torch":
+            trials.append(_Trial("invariant:detached", case, dtypes[0], question))
     for case in golden:
         trials.append(_Trial("golden", case, "float64", record.question_kwargs(case.kwargs)))
     return trials
@@ -129,12 +151,15 @@ def check_row(
     outcomes = [(t, t.run(record, adapter)) for t in trials]
     outcomes = [(t, o) for t, o in outcomes if o.status not in ("ill_conditioned", "unsupported")]
     if getattr(adapter, "accepts_variants", False):
-        for name, preset_kw in record.presets.items():
+        for name in record.presets:
             for seed in seeds:
                 case = cases.make_case(record.function, seed)
-                kw = {**record.question_kwargs(case.kwargs), **preset_kw}
+                kw = record.preset_kwargs(name, case.kwargs)
                 trial = _Trial(f"preset:{name}", case, "float32" if "float32" in _dtypes(record, adapter) else "float64", kw)
-                o = trial.run(record, adapter)
+                try:
+                    o = trial.run(record, adapter)
+                except ValueError:  # the case's own keywords and the preset's make an invalid set
+                    continue  # (e.g. bound="absolute" with verl's relative CISPO eps): not a question
                 if o.status not in ("ill_conditioned", "unsupported"):
                     outcomes.append((trial, o))
     row.n_cases = len(outcomes)
@@ -144,6 +169,7 @@ def check_row(
         previous = row.checks.get(trial.kind, "pass")
         row.checks[trial.kind] = previous if previous != "pass" else o.status
 
+    row.evidence = tuple((t, o) for t, o in outcomes if o.status in ("fail", "error"))
     errors = [o for _, o in outcomes if o.status == "error"]
     if errors:
         row.status = "error"
@@ -152,7 +178,15 @@ def check_row(
     failing = [(t, o) for t, o in outcomes if o.status == "fail"]
     if not failing:
         return row
-    matched = fingerprint(record, adapter, [t for t, _ in outcomes if not t.kind.startswith("preset:")])
+    canonical = [t for t, _ in outcomes if not t.kind.startswith("preset:")]
+    failing_canonical = [t for t, _ in failing if not t.kind.startswith("preset:")]
+    if not failing_canonical or any(t.metamorphic for t in failing_canonical):
+        # only preset checks fail (no variant of the canonical quantity can explain that), or a
+        # metamorphic property is broken (no keyword set of the oracle can explain that either)
+        row.status = "fail"
+        row.message = failing[0][1].report()
+        return row
+    matched = fingerprint(record, adapter, [t for t in canonical if not t.metamorphic])
     if matched is not None:
         names, kwargs = matched
         row.status = "preset"
@@ -174,10 +208,17 @@ def fingerprint(record: QuantityInfo, adapter: Any, trials: list[_Trial]) -> tup
         if not variant or variant in seen:
             continue
         seen.append(variant)
-        if all(t.run(record, adapter, variant).status in ("pass", "ill_conditioned", "unsupported") for t in trials):
+        if all(_passes(t, record, adapter, variant) for t in trials):
             names = [n for n, kw in record.presets.items() if kw == variant]
             return names, variant
     return None
+
+
+def _passes(trial: _Trial, record: QuantityInfo, adapter: Any, variant: dict[str, Any]) -> bool:
+    try:
+        return trial.run(record, adapter, variant).status in ("pass", "ill_conditioned", "unsupported")
+    except ValueError:  # the variant is not a valid keyword set for this case
+        return False
 
 
 def _fmt_kwargs(kwargs: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ written from the hand derivation, stop-gradients included. The contract is
 
 from oracle.advantages import grpo_advantages, reinforce_advantages, rloo_advantages
 from oracle.aggregation import AGGREGATION_MODES, aggregate, aggregate_grad
+from oracle.composite import policy_loss, policy_loss_grad
 from oracle.fused_head import (
     token_entropy_from_hidden,
     token_entropy_from_hidden_grad,
@@ -19,6 +20,7 @@ from oracle.fused_head import (
 from oracle.gae import gae
 from oracle.kl import KL_ESTIMATORS, kl_penalty, kl_penalty_grad
 from oracle.logprobs import token_entropy, token_entropy_grad, token_logprobs, token_logprobs_grad
+from oracle.metrics import ppo_clipped_mask
 from oracle.policy_losses import (
     cispo_token_loss,
     cispo_token_loss_grad,
@@ -71,6 +73,11 @@ __all__ = [
     "aggregate",
     "aggregate_grad",
     "AGGREGATION_MODES",
+    # loss.policy (composite)
+    "policy_loss",
+    "policy_loss_grad",
+    # metric.clip
+    "ppo_clipped_mask",
 ]
 
 from oracle.presets import PRESETS  # noqa: E402  (framework presets: plain data, written separately)

@@ -45,10 +45,15 @@ def selected_records(globs: list[str] | None) -> list[QuantityInfo]:
     return records
 
 
-def load_adapters(names: list[str]) -> tuple[list[Any], list[reports.AdapterInfo]]:
+def load_adapters(names: list[Any]) -> tuple[list[Any], list[reports.AdapterInfo]]:
+    """Adapters by name (built-in, entry point or `module:attribute`); an adapter object is used as is."""
     adapters: list[Any] = []
     infos: list[reports.AdapterInfo] = []
     for name in names:
+        if not isinstance(name, str):
+            adapters.append(name)
+            infos.append(reports.AdapterInfo(name.name, str(name.version), name.spec_version))
+            continue
         try:
             adapter = load_adapter(name)
         except AdapterLoadError as exc:
@@ -69,8 +74,20 @@ def golden_cases(record: QuantityInfo) -> list:
     return cases_for(record.function)
 
 
-def run_report(adapter_names: list[str], records: list[QuantityInfo], *, seed: int, n_seeds: int,
-               timeout: float, progress: bool) -> reports.Report:
+def _diagnose(record: QuantityInfo, row: RowResult) -> list[str]:
+    """The known bugs (mutants) the failing row is consistent with; never fails the run."""
+    try:
+        from conformance.diagnosis import diagnose
+    except ImportError:
+        return []
+    try:
+        return diagnose(record, row)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis problem must not hide the verdict
+        return [f"(diagnosis failed: {type(exc).__name__}: {exc})"]
+
+
+def run_report(adapter_names: list[Any], records: list[QuantityInfo], *, seed: int, n_seeds: int,
+               timeout: float, progress: bool, diagnose: bool = True) -> reports.Report:
     adapters, infos = load_adapters(adapter_names)
     report = reports.Report(seed=seed, n_seeds=n_seeds, adapters=infos)
     start = time.perf_counter()
@@ -94,6 +111,8 @@ def run_report(adapter_names: list[str], records: list[QuantityInfo], *, seed: i
             on_timeout,
         )
         row.seconds = time.perf_counter() - t0
+        if diagnose and row.status in ("fail", "error", "preset"):
+            row.consistent_with = _diagnose(record, row)
         report.rows.append(row)
     for adapter in adapters:
         report.rows += framework_rows(adapter, records, seed=seed, timeout=timeout)

@@ -1067,6 +1067,100 @@ add("aggregate/nonfinite-at-masked",
     expect=(3.0 / 2 + 2.25 / 6) / 2, grad_factor=_weights(1 / 4, 1 / 12))
 
 # ---------------------------------------------------------------------------------------------
+# ppo_clipped_mask (metric.clip): 1 where ppo_token_loss takes a clipped branch
+# ---------------------------------------------------------------------------------------------
+
+
+def _clipmask(d, adv, m, **kw):
+    return _policy("ppo_clipped_mask", d, adv, m, **kw)
+
+
+LN = float(np.log(1.5))
+add("ppo_clipped_mask/sign-aware",
+    "(ratio, A) = (1.5, +1), (0.5, +1), (0.5, -1), (1.5, -1) with eps 0.2: only the first and third "
+    "are clipped (clip fraction 0.5; a sign-agnostic count gives 1.0)",
+    _clipmask([[0.0, LN, -np.log(2.0), -np.log(2.0), LN]], [[0.0, 1.0, 1.0, -1.0, -1.0]], M5),
+    expect=where(M5, [[0.0, 1.0, 0.0, 1.0, 0.0]]))
+add("ppo_clipped_mask/dual-clip-region",
+    "dual_clip 3 and A < 0: ratio 10 is capped (clipped), ratio 2.5 is not, ratio 0.5 is clipped below",
+    _clipmask([[0.0, np.log(10.0), np.log(2.5), -np.log(2.0), np.log(10.0)]], [[0.0, -1.0, -1.0, -1.0, 1.0]],
+              M5, dual_clip=3.0),
+    expect=where(M5, [[0.0, 1.0, 0.0, 1.0, 1.0]]))
+add("ppo_clipped_mask/on-policy",
+    "old == current log-probs: ratio 1, nothing is clipped",
+    _clipmask([[0.0] * 6], [[0.0, 1.0, -1.0, 2.0, -0.5, 0.3]], M6),
+    expect=np.zeros((1, 6)))
+add("ppo_clipped_mask/zero-advantage",
+    "A = 0: never clipped, whatever the ratio",
+    _clipmask([[0.0, 1.0, -1.0, 2.0, -2.0, 0.0]], [0.0], M6),
+    expect=np.zeros((1, 6)))
+add("ppo_clipped_mask/inside-range",
+    "ratios inside [0.8, 1.28] (clip-higher) for both signs: nothing is clipped; 1.35 with A > 0 is",
+    _clipmask([[0.0, 0.1, -0.1, 0.2, 0.3, -0.15]], [1.0], M6, eps_high=0.28),
+    expect=where(M6, [[0.0, 0.0, 0.0, 0.0, 1.0, 0.0]]))
+add("ppo_clipped_mask/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 in logp, old_logp and advantages at masked positions change nothing",
+    lambda: build("ppo_clipped_mask", {
+        "logp": f64([[nan, -0.5, -1.5, inf, -0.7, 1e30]]),
+        "old_logp": f64([[-inf, -1.0, -1.0, nan, -1.0, -1.0]]),
+        "advantages": f64([[1e30, 1.0, -1.0, -inf, 0.5, nan]]),
+        "mask": mask(".xx.x."),
+    }, {}),
+    expect=f64([[0.0, 1.0, 1.0, 0.0, 1.0, 0.0]]))
+add("ppo_clipped_mask/empty-mask-row",
+    "a row with no valid token is 0",
+    _clipmask([[0.0, 1.0, -1.0, 0.5, 0.0, 0.5]] * 2, [1.0, -1.0], mask(".xxxxx", "......")),
+    expect=where(mask(".xxxxx", "......"), [[0.0, 1.0, 0.0, 1.0, 0.0, 1.0], [0.0] * 6]))
+
+# ---------------------------------------------------------------------------------------------
+# policy_loss (loss.policy): aggregate(ppo(logp, old_logp, A) + kl_coef * kl(logp, ref_logp), mask)
+# ---------------------------------------------------------------------------------------------
+
+
+def _pol(d_old, d_ref, adv, m, old=-4.0, **kw):
+    """logp = old_logp + d_old; ref_logp = logp - d_ref (d_ref is the KL log-ratio logp - ref_logp)."""
+    d_old, d_ref = f64(d_old), f64(d_ref)
+    old_logp = np.full(d_old.shape, old)
+    logp = old_logp + d_old
+    return lambda: build("policy_loss", {
+        "logp": logp, "old_logp": old_logp, "ref_logp": logp - d_ref, "advantages": f64(adv), "mask": m,
+    }, kw)
+
+
+add("policy_loss/on-policy",
+    "old == ref == current: ratio 1, KL 0; token_mean of -A, gradient -A/N per token",
+    _pol([[0.0] * 5], [[0.0] * 5], [[0.0, 1.0, -2.0, 0.5, 1.5]], M5, kl_coef=0.1),
+    expect=-1.0 / 4)
+add("policy_loss/kl-is-added",
+    "A = 0 and ratio 1: the loss is +kl_coef * mean k3 of d = logp - ref_logp (a penalty, never a bonus)",
+    _pol([[0.0] * 5], [[0.0, -1.0, 1.0, 0.5, -0.5]], [0.0], M5, kl_coef=1.0, kl_estimator="k3"),
+    expect=float(np.mean(np.expm1(-f64([-1.0, 1.0, 0.5, -0.5])) + f64([-1.0, 1.0, 0.5, -0.5]))))
+add("policy_loss/old-and-ref-differ",
+    "the ratio is taken against old_logp (clipped at 1.2), the KL against ref_logp (k1)",
+    _pol([[0.0, 0.5, 0.5, 0.0, -0.1]], [[0.0, 0.0, 0.3, -0.4, 0.2]], [1.0], M5, kl_coef=0.5, kl_estimator="k1"),
+    expect=float(np.mean([-1.2 + 0.0, -1.2 + 0.15, -1.0 - 0.2, -np.exp(-0.1) + 0.1])))
+add("policy_loss/seq-mean-token-mean-with-kl",
+    "rows of 2 and 4 tokens, seq_mean_token_mean, k2 penalty",
+    _pol([[0.0, 0.1, -0.1, 0.0, 0.0], [0.0, 0.05, 0.3, -0.3, 0.1]], [[0.0, 0.5, -0.5, 0.0, 0.0], [0.0, 1.0, 0.2, 0.0, -0.6]],
+         [1.0, -0.5], mask(".xx..", ".xxxx"), kl_coef=0.04, kl_estimator="k2", mode="seq_mean_token_mean"))
+add("policy_loss/dual-clip",
+    "dual_clip 3 with A < 0 and ratio e^1.5 > 3: the capped token has loss 3 and no gradient",
+    _pol([[0.0, 1.5, 0.1, -0.3, 0.0]], [[0.0, 0.2, 0.2, 0.2, 0.2]], [-1.0], M5, dual_clip=3.0, kl_coef=0.1, kl_estimator="k3"))
+add("policy_loss/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions of every input change nothing",
+    lambda: build("policy_loss", {
+        "logp": f64([[nan, -0.9, -1.5, inf, -0.7, 1e30]]),
+        "old_logp": f64([[-inf, -1.0, -1.0, nan, -1.0, -1.0]]),
+        "ref_logp": f64([[1e30, -1.2, -1.4, -inf, -0.5, nan]]),
+        "advantages": f64([[1e30, 1.0, -1.0, -inf, 0.5, nan]]),
+        "mask": mask(".xx.x."),
+    }, {"kl_coef": 0.1, "kl_estimator": "k3"}))
+add("policy_loss/empty-mask-row",
+    "a row with no valid token adds nothing and counts in S for seq_mean_token_sum",
+    _pol([[0.0, 0.1, -0.2, 0.3, 0.0]] * 2, [[0.0, 0.3, 0.3, -0.2, 0.1]] * 2, [1.0, -1.0], mask(".xxxx", "....."),
+         kl_coef=0.1, mode="seq_mean_token_sum"))
+
+# ---------------------------------------------------------------------------------------------
 # Presets: each preset of oracle.presets.PRESETS that names the function, on inputs that show
 # the preset's deviation from canonical.
 # ---------------------------------------------------------------------------------------------
@@ -1132,6 +1226,8 @@ RANDOM_SEEDS: dict[str, tuple[int, ...]] = {
     "cispo_token_loss": (1, 2, 4),
     "value_token_loss": (1, 2, 3),
     "aggregate": (1, 2, 5),
+    "ppo_clipped_mask": (1, 2, 3),
+    "policy_loss": (1, 2, 3),
 }
 
 

@@ -9,6 +9,7 @@ stored expectation instead of a live oracle.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -340,3 +341,22 @@ __all__ = [
     "read_manifest",
     "verify_manifest",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The vectors as input cases of the conformance run (`rlspec check`'s `golden` check)
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _published_cases() -> dict[str, tuple[cases.Case, ...]]:
+    by_function: dict[str, list[cases.Case]] = {}
+    for vector in load_vectors(V1_ROOT):
+        by_function.setdefault(vector["function"], []).append(decode_case(vector))
+    return {k: tuple(v) for k, v in by_function.items()}
+
+
+def cases_for(function: str) -> list[cases.Case]:
+    """The published vectors of `function` as cases (hand-built edge cases: pad == eos, empty rows,
+    all-equal and size-1 groups, clip boundaries, ...); loaded once per process."""
+    return list(_published_cases().get(function, ()))

@@ -276,6 +276,34 @@ def aggregate(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float, ...]:
     return (float((_agg_weights(a, kw) * _clean(a["mask"], a["token_loss"])).sum()),)
 
 
+def ppo_clipped_mask(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m, A = a["mask"], _adv(a)
+    d = _clean(m, a["logp"]) - _clean(m, a["old_logp"])
+    lrc = kw.get("log_ratio_clamp")
+    r = _exp(d if lrc is None else np.clip(d, -lrc, lrc))
+    lo, hi = 1 - kw.get("eps_low", 0.2), 1 + kw.get("eps_high", 0.2)
+    clipped = ((A > 0) & (r > hi)) | ((A < 0) & (r < lo))
+    if kw.get("dual_clip") is not None:
+        clipped |= (A < 0) & (r > kw["dual_clip"])
+    return (_zero_masked(m, clipped.astype(np.float64)),)
+
+
+def _policy(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float, np.ndarray]:
+    """(loss, dloss/dlogp) of the composite: aggregate(ppo + beta * kl)."""
+    m = a["mask"]
+    ppo_loss, ppo_grad = _ppo(a, kw)
+    k, dk = _kl(a["logp"], a["ref_logp"], m, {"estimator": kw.get("kl_estimator", "k3")})
+    beta = kw.get("kl_coef", 0.0)
+    agg_kw = {"mode": kw.get("mode", "token_mean"), "norm_length": kw.get("norm_length"),
+              "num_tokens": kw.get("num_tokens"), "num_seqs": kw.get("num_seqs")}
+    w = _agg_weights({"mask": m}, agg_kw)
+    return float((w * (ppo_loss + beta * k)).sum()), w * (ppo_grad + beta * dk)
+
+
+def policy_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float, ...]:
+    return (_policy(a, kw)[0],)
+
+
 HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "token_logprobs": token_logprobs,
     "token_entropy": token_entropy,
@@ -294,6 +322,8 @@ HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "cispo_token_loss": cispo_token_loss,
     "value_token_loss": value_token_loss,
     "aggregate": aggregate,
+    "ppo_clipped_mask": ppo_clipped_mask,
+    "policy_loss": policy_loss,
 }
 
 
@@ -350,4 +380,5 @@ HAND_GRAD: dict[str, Callable[[dict[str, Any], dict[str, Any], Any], tuple[Any, 
         _zero_masked(a["mask"], -_cispo_weight(a, kw) * _adv(a) * _clean(a["mask"], u)),),
     "value_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _value(a, kw)[1],),
     "aggregate": lambda a, kw, u: (u * _agg_weights(a, kw),),
+    "policy_loss": lambda a, kw, u: (u * _policy(a, kw)[1],),
 }

@@ -1,0 +1,277 @@
+"""Metamorphic checks: the adapter compared with *itself* on transformed inputs (no oracle).
+
+A metamorphic check fails only when the property it names is broken, whatever the adapter's values
+are, so a failing check says *what kind* of bug an implementation has (a wrong value fails only
+`property`; a masked value that leaks fails `invariant:mask` as well). That is what makes the
+failure signatures of the known bugs (`conformance.mutants`) discriminative.
+
+- `invariant:mask`: NaN, +-inf and +-1e30 planted at every position the spec says is never read
+  leave every output and gradient unchanged (compared with the same call on the clean inputs);
+- `invariant:partition`: the batch, with one fully-masked row appended (an empty micro-batch), is
+  split by rows into micro-batches of uneven token counts; each part is called with the whole
+  batch's `num_tokens` / `num_seqs`, and the parts' values and gradients must sum to the whole
+  batch's (called with the same counts). An adapter that rejects the two keywords (TypeError) gets
+  the check reported as not implemented;
+- `invariant:detached`: the inputs the spec makes constants (`QuantityInfo.stop_grad_args`) are
+  given `requires_grad=True`; no gradient may reach them through any output (torch adapters only).
+
+Every runner returns a `conformance.differential.Outcome` whose `observed` holds what the adapter
+returned, for `conformance.diagnosis` to replay known bugs against.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from conformance import cases
+from conformance.compare import Mismatch, compare
+from conformance.differential import (
+    Outcome,
+    _adapter_grads,
+    _as_tuple,
+    _call_numpy,
+    _call_torch,
+    _record,
+    _to_numpy,
+    adapter_function,
+    seeded_upstream,
+)
+from conformance.registry import QuantityInfo
+from conformance.tolerances import Tol, tolerance
+
+__all__ = ["METAMORPHIC", "observe", "partition_case", "run_detached", "run_mask", "run_partition"]
+
+
+def observe(
+    record: QuantityInfo,
+    adapter: Any,
+    fn: Any,
+    rounded: dict[str, Any],
+    kwargs: dict[str, Any],
+    dtype: str,
+    upstream_seed: int,
+    upstream: Any = None,
+) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...] | None]:
+    """Call `fn` on `rounded` inputs: (outputs, gradients w.r.t. the record's grad args for a seeded
+    upstream of the output's shape, or None when the adapter gives no gradient). Raises what the
+    adapter raises."""
+    wants_grad = bool(record.grad_args) and getattr(adapter, "supports_grad", True)
+    if adapter.array_api == "torch":
+        raw, grad_inputs = _call_torch(fn, rounded, kwargs, dtype, record.grad_args if wants_grad else ())
+    else:
+        raw, grad_inputs = _call_numpy(fn, rounded, kwargs, dtype), {}
+    values = _as_tuple(_to_numpy(raw))
+    if not wants_grad:
+        return values, None
+    if upstream is None:
+        upstream = seeded_upstream(record, values, upstream_seed, dtype)
+    grads = _adapter_grads(adapter, fn, raw, grad_inputs, rounded, kwargs, upstream, dtype, record)
+    return values, grads
+
+
+def _names(record: QuantityInfo) -> tuple[str, ...]:
+    return ("advantages", "returns") if record.output == "pair" else ("value",)
+
+
+def _start(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any]) -> tuple[Outcome, Any]:
+    outcome = Outcome("pass", record, getattr(adapter, "name", "?"), dtype, case, dict(kwargs))
+    return outcome, adapter_function(outcome, adapter)
+
+
+# ---------------------------------------------------------------------------------------------
+# invariant:mask
+# ---------------------------------------------------------------------------------------------
+
+
+def run_mask(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any]) -> Outcome:
+    """Outputs and gradients with poison at unused positions == those on the clean case."""
+    poisoned = cases.plant_masked(case, case.seed or 0)
+    outcome, fn = _start(record, adapter, poisoned, dtype, kwargs)
+    if fn is None:
+        return outcome
+    clean_args = cases.rounded_args(case, dtype)
+    if record.well_conditioned is not None and not record.well_conditioned(clean_args, kwargs):
+        outcome.status = "ill_conditioned"
+        return outcome
+    try:
+        ref_values, ref_grads = observe(record, adapter, fn, clean_args, kwargs, dtype, case.upstream_seed)
+    except Exception as exc:  # the clean call itself fails: the property check reports it too
+        outcome.status, outcome.message = "error", f"clean inputs: {type(exc).__name__}: {exc}"
+        return outcome
+    try:
+        values, grads = observe(record, adapter, fn, cases.rounded_args(poisoned, dtype), kwargs, dtype, case.upstream_seed)
+    except Exception as exc:
+        outcome.status = "error"
+        outcome.message = f"with NaN/inf/1e30 at masked positions: {type(exc).__name__}: {exc}"
+        return outcome
+    outcome.observed = values + (grads or ())
+    tol = tolerance(record.spec_id, dtype, "value")
+    for name, a, e in zip(_names(record), values, ref_values):
+        _record(outcome, compare(a, e, tol, what=f"{name} (poisoned vs clean inputs)"), a, e)
+    if grads is not None and ref_grads is not None:
+        outcome.grad_checked = True
+        gtol = tolerance(record.spec_id, dtype, "grad")
+        for name, a, e in zip(record.grad_args, grads, ref_grads):
+            _record(outcome, compare(a, e, gtol, what=f"grad[{name}] (poisoned vs clean inputs)"), a, e)
+    if outcome.mismatches:
+        outcome.status = "fail"
+        outcome.message = "values planted at masked positions changed a valid output or gradient"
+    return outcome
+
+
+# ---------------------------------------------------------------------------------------------
+# invariant:partition
+# ---------------------------------------------------------------------------------------------
+
+
+def partition_case(case: cases.Case) -> tuple[dict[str, Any], list[slice], int, int]:
+    """(whole-batch args with one fully-masked row appended, row slices of the micro-batches,
+    global num_tokens, global num_seqs). The slices cover the rows in order: a random cut of the
+    original rows (uneven token counts) and the empty micro-batch last."""
+    mask = case.args["mask"]
+    B = mask.shape[0]
+    args: dict[str, Any] = {}
+    for name, value in case.args.items():
+        if isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == B:
+            extra = np.zeros_like(value[:1]) if name == "mask" else value[:1].copy()
+            args[name] = np.concatenate([value, extra], axis=0)
+        else:
+            args[name] = value
+    rng = np.random.default_rng((case.seed or 0) + 1)
+    if B >= 2:
+        counts = mask.sum(axis=1)
+        # the cut whose two sides have the most different token counts, or a random one
+        cuts = list(range(1, B))
+        k = max(cuts, key=lambda c: abs(int(counts[:c].sum()) - int(counts[c:].sum()))) if rng.random() < 0.5 else int(rng.choice(cuts))
+        slices = [slice(0, k), slice(k, B)]
+    else:
+        slices = [slice(0, B)]
+    slices.append(slice(B, B + 1))
+    return args, slices, int(mask.sum()), B + 1
+
+
+def run_partition(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any]) -> Outcome:
+    """Σ over micro-batches (global counts) == the whole batch (same counts), value and gradient."""
+    args, slices, N, S = partition_case(case)
+    whole_case = cases.Case(case.function, args, dict(case.kwargs), case.grad_args, case.seed,
+                            "partitioned into micro-batches", case.upstream_seed)
+    outcome, fn = _start(record, adapter, whole_case, dtype, kwargs)
+    if fn is None:
+        return outcome
+    rounded = cases.rounded_args(whole_case, dtype)
+    if record.well_conditioned is not None and not record.well_conditioned(rounded, kwargs):
+        outcome.status = "ill_conditioned"
+        return outcome
+    kw = {**kwargs, "num_tokens": N, "num_seqs": S}
+    B1 = args["mask"].shape[0]
+
+    def part(s: slice) -> dict[str, Any]:
+        return {k: v[s] if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == B1 else v
+                for k, v in rounded.items()}
+
+    upstream = float(np.reshape(cases.round_to(np.random.default_rng(case.upstream_seed).normal(size=()), dtype), ()))
+    try:
+        whole_values, whole_grads = observe(record, adapter, fn, rounded, kw, dtype, 0, upstream)
+        parts = [observe(record, adapter, fn, part(s), kw, dtype, 0, upstream) for s in slices]
+    except TypeError as exc:
+        outcome.status = "not_implemented"
+        outcome.message = f"{record.function} does not take num_tokens/num_seqs: {type(exc).__name__}: {exc}"
+        return outcome
+    except Exception as exc:
+        outcome.status, outcome.message = "error", f"micro-batch call: {type(exc).__name__}: {exc}"
+        return outcome
+    part_values = np.array([float(np.reshape(v[0], ())) for v, _ in parts])
+    total = float(part_values.sum())
+    whole = float(np.reshape(whole_values[0], ()))
+    base = tolerance(record.spec_id, dtype, "value")
+    tol = Tol(base.rtol, base.atol + base.rtol * float(np.sum(np.abs(part_values))), base.reason)
+    _record(outcome, compare(total, whole, tol, what="value (sum over micro-batches vs whole batch)"), total, whole)
+    observed: list[np.ndarray] = [np.asarray(total)]
+    if whole_grads is not None and all(g is not None for _, g in parts):
+        outcome.grad_checked = True
+        gtol = tolerance(record.spec_id, dtype, "grad")
+        for i, name in enumerate(record.grad_args):
+            joined = np.concatenate([g[i] for _, g in parts], axis=0)
+            observed.append(joined)
+            _record(outcome, compare(joined, whole_grads[i], gtol, what=f"grad[{name}] (micro-batches vs whole batch)"),
+                    joined, whole_grads[i])
+    observed.append(part_values)
+    outcome.observed = tuple(observed)
+    if outcome.mismatches:
+        outcome.status = "fail"
+        outcome.message = (
+            f"micro-batches of rows {[(s.start, s.stop) for s in slices]} (the last one fully masked), "
+            f"each called with num_tokens={N}, num_seqs={S}, do not sum to the whole batch"
+        )
+    return outcome
+
+
+# ---------------------------------------------------------------------------------------------
+# invariant:detached
+# ---------------------------------------------------------------------------------------------
+
+
+def run_detached(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any]) -> Outcome:
+    """No gradient reaches the record's `stop_grad_args` through any output (torch adapters)."""
+    outcome, fn = _start(record, adapter, case, dtype, kwargs)
+    if fn is None:
+        return outcome
+    if adapter.array_api != "torch" or not getattr(adapter, "supports_grad", True):
+        outcome.status = "unsupported"
+        return outcome
+    rounded = cases.rounded_args(case, dtype)
+    targs = cases.torch_args(rounded, dtype, tuple(record.stop_grad_args) + tuple(record.grad_args))
+    try:
+        outputs = [o for o in _as_tuple(fn(*targs.values(), **kwargs)) if isinstance(o, torch.Tensor)]
+    except Exception as exc:
+        outcome.status, outcome.message = "error", f"{type(exc).__name__}: {exc}"
+        return outcome
+    inputs = [targs[n] for n in record.stop_grad_args]
+    grads = [torch.zeros_like(t, dtype=torch.float64) for t in inputs]
+    rng = np.random.default_rng(case.upstream_seed)
+    leaking: list[str] = []
+    for out in outputs:
+        if not out.requires_grad:
+            continue
+        g_out = torch.as_tensor(rng.normal(size=tuple(out.shape)), dtype=out.dtype)
+        try:
+            got = torch.autograd.grad(out, inputs, grad_outputs=g_out, allow_unused=True, retain_graph=True)
+        except RuntimeError as exc:
+            outcome.status, outcome.message = "error", f"gradient: {type(exc).__name__}: {exc}"
+            return outcome
+        for i, d in enumerate(got):
+            if d is not None:
+                grads[i] = grads[i] + d.detach().to(torch.float64)
+    observed = tuple(g.numpy() for g in grads)
+    outcome.observed = observed
+    outcome.grad_checked = True
+    for name, g in zip(record.stop_grad_args, observed):
+        bad = (g != 0) | np.isnan(g)
+        if np.any(bad):
+            leaking.append(name)
+            size = np.where(np.isnan(g), np.inf, np.abs(g))
+            at = np.unravel_index(int(np.argmax(size)), g.shape)
+            outcome.mismatches.append(Mismatch(
+                what=f"grad[{name}]", shape=g.shape, n_bad=int(bad.sum()), n_total=int(g.size),
+                max_abs=float(size[at]), max_abs_index=tuple(int(i) for i in at), max_rel=float("inf"),
+                max_rel_index=(), actual_at=float(g[at]), expected_at=0.0, tol=Tol(0.0, 0.0),
+                note=f"{int(bad.sum())}/{g.size} elements receive a gradient (must be 0: a constant); "
+                     f"largest {float(g[at]):.6g} at index {tuple(int(i) for i in at)}",
+            ))
+    if outcome.mismatches:
+        outcome.status = "fail"
+        outcome.message = (
+            f"a gradient flows from the outputs into {', '.join(leaking)}, which the spec makes "
+            "constants (stop-gradient)"
+        )
+    return outcome
+
+
+METAMORPHIC = {
+    "invariant:mask": run_mask,
+    "invariant:partition": run_partition,
+    "invariant:detached": run_detached,
+}
