@@ -16,8 +16,10 @@ COMMAND_MODULES = (
     "conformance.commands.spec",
     "conformance.commands.repro",
     "conformance.commands.readme",
+    "conformance.commands.mutants",
     "conformance.commands.tiny_policy",
     "conformance.commands.vectors",
+    "conformance.commands.frameworks",
 )
 
 

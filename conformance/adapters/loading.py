@@ -16,6 +16,8 @@ BUILTIN_ADAPTERS: dict[str, str] = {
     "oracle": "conformance.adapters.builtin:oracle_adapter",
     "refimpl": "conformance.adapters.builtin:refimpl_adapter",
     "trl": "conformance.adapters.trl_adapter:TRLAdapter",
+    "verl": "conformance.adapters.verl_adapter:VerlAdapter",
+    "openrlhf": "conformance.adapters.openrlhf_adapter:OpenRLHFAdapter",
 }
 
 

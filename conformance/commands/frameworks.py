@@ -1,0 +1,114 @@
+"""`rlspec frameworks`: build and inspect the isolated environments of the frameworks under test that
+cannot share rlspec's own (verl, OpenRLHF).
+
+    rlspec frameworks install [verl|openrlhf|all] [--force]
+    rlspec frameworks status
+
+One virtual environment per framework under ``$RLSPEC_FRAMEWORKS_DIR`` (default
+``~/.cache/rlspec/frameworks``), built with this interpreter's ``venv`` and pip from the recipes shipped
+in ``conformance/frameworks/`` (``requirements-<name>.txt`` with dependencies, then
+``nodeps-<name>.txt`` with ``--no-deps``). pip is the ordinary client, with its usual configuration
+(``pip.conf``, ``PIP_*`` variables); ``$RLSPEC_FRAMEWORKS_PIP_ARGS`` adds arguments to every pip call
+(e.g. an index for a CPU build of torch). The adapters find the environments there
+(``conformance/adapters/subprocess_worker.py``); see ``conformance/frameworks/README.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conformance.adapters.subprocess_worker import FRAMEWORKS, FrameworkUnavailable, Worker, env_python, frameworks_dir, python_for
+
+RECIPES = Path(__file__).resolve().parent.parent / "frameworks"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "frameworks",
+        help="install / inspect the isolated verl and OpenRLHF environments",
+        description="Build the virtual environments in which the verl and OpenRLHF adapters run "
+        f"(under $RLSPEC_FRAMEWORKS_DIR, now {frameworks_dir()}).",
+    )
+    sub = p.add_subparsers(dest="action", metavar="ACTION")
+    inst = sub.add_parser("install", help="create the environment(s) and install the framework(s)")
+    inst.add_argument("which", nargs="?", default="all", choices=(*FRAMEWORKS, "all"))
+    inst.add_argument("--force", action="store_true", help="delete an existing environment first")
+    inst.set_defaults(func=install)
+    st = sub.add_parser("status", help="where each framework's environment is and what it imports")
+    st.set_defaults(func=status)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _pip(python: Path, *args: str) -> list[str]:
+    extra = shlex.split(os.environ.get("RLSPEC_FRAMEWORKS_PIP_ARGS", ""))
+    return [str(python), "-m", "pip", "install", "--disable-pip-version-check", *args, *extra]
+
+
+def _run(cmd: list[str]) -> int:
+    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    return subprocess.call(cmd)
+
+
+def install_one(name: str, *, force: bool = False) -> int:
+    root = frameworks_dir() / name
+    python = env_python(name)
+    t0 = time.perf_counter()
+    if force and root.exists():
+        shutil.rmtree(root)
+    if not python.exists():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        if _run([sys.executable, "-m", "venv", str(root)]):
+            print(f"rlspec frameworks: could not create {root}", file=sys.stderr)
+            return 1
+    steps = [
+        _pip(python, "-r", str(RECIPES / f"requirements-{name}.txt")),
+        _pip(python, "--no-deps", "-r", str(RECIPES / f"nodeps-{name}.txt")),
+    ]
+    for cmd in steps:
+        if _run(cmd):
+            print(f"rlspec frameworks: pip failed for {name}; the environment is left at {root}", file=sys.stderr)
+            return 1
+    try:
+        worker = Worker(name)
+    except FrameworkUnavailable as exc:
+        print(f"rlspec frameworks: {name} installed but does not import: {exc}", file=sys.stderr)
+        return 1
+    try:
+        stubs = worker.hello.get("info", {}).get("stubs") or []
+        print(f"{name} {worker.version} ready in {root} ({time.perf_counter() - t0:.0f}s; torch {worker.hello.get('torch')}"
+              + (f"; import stubs: {', '.join(stubs)}" if stubs else "") + ")")
+    finally:
+        worker.close()
+    return 0
+
+
+def install(args: argparse.Namespace) -> int:
+    names = FRAMEWORKS if args.which == "all" else (args.which,)
+    return max(install_one(n, force=args.force) for n in names)
+
+
+def status(args: argparse.Namespace) -> int:
+    print(f"environments: {frameworks_dir()} (RLSPEC_FRAMEWORKS_DIR)")
+    for name in FRAMEWORKS:
+        python, origin = python_for(name)
+        if python is None:
+            print(f"  {name}: not installed (rlspec frameworks install {name})")
+            continue
+        try:
+            worker = Worker(name)
+        except FrameworkUnavailable as exc:
+            print(f"  {name}: {origin}: does not import: {exc}")
+            continue
+        try:
+            h = worker.hello
+            print(f"  {name} {worker.version}: {origin} (python {h.get('python')}, torch {h.get('torch')})")
+        finally:
+            worker.close()
+    return 0

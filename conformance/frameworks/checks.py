@@ -1,0 +1,301 @@
+"""Machinery shared by the verl and OpenRLHF framework rows (``verl_checks.py``, ``openrlhf_checks.py``).
+
+Two kinds of rows:
+
+- ``fixed_row``: a core-API function checked exactly like ``rlspec check`` does (seeded property cases,
+  golden vectors, masked-position and on-policy invariants, variant fingerprinting), but with some of
+  the case's keywords fixed, for framework functions that compute one setting of a spec function
+  (verl's GRPO with ``norm_adv_by_std_in_grpo=False`` is ``grpo_advantages(scale="none")``; there is no
+  verl setting for ``scale="batch"``, so the core ``grpo_advantages`` row cannot be offered).
+- ``composition_row``: a framework result that is a composition of spec quantities (an aggregated
+  loss: value and gradient), compared with candidate compositions in order: the canonical one
+  (``pass``), then named variants (``preset``), else ``fail`` with the canonical mismatch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from conformance import cases
+from conformance.differential import run_case
+from conformance.registry import BY_FUNCTION
+from conformance.suite import RowResult, seeds_for
+from conformance.trl_checks import Comparison
+from conformance.tolerances import Tol, tolerance
+
+# ---------------------------------------------------------------------------------------------
+# Fixed-keyword function rows
+# ---------------------------------------------------------------------------------------------
+
+
+class FunctionView:
+    """An adapter-shaped object that exposes one spec function (and its ``_grad``) through callables."""
+
+    def __init__(self, adapter: Any, function: str, fn: Callable[..., Any], grad: Callable[..., Any] | None = None,
+                 dtypes: tuple[str, ...] | None = None) -> None:
+        self.name = adapter.name
+        self.version = adapter.version
+        self.spec_version = adapter.spec_version
+        self.array_api = "numpy"
+        self.dtypes = dtypes or adapter.dtypes
+        self.supports_grad = grad is not None or not BY_FUNCTION[function].grad_args
+        setattr(self, function, fn)
+        if grad is not None:
+            setattr(self, f"{function}_grad", grad)
+
+
+def _golden(function: str) -> list[cases.Case]:
+    try:
+        from conformance.vectors.golden import cases_for
+    except ImportError:
+        return []
+    return list(cases_for(function))
+
+
+def fixed_row(view: Any, function: str, *, row_id: str, fixed: dict[str, Any], seed: int, n_seeds: int = 8,
+              note: str = "", skip: Callable[[cases.Case], str | None] | None = None) -> RowResult:
+    """``check_row`` for ``view.<function>`` with the case keywords in ``fixed`` pinned (the oracle is
+    asked the same). ``skip(case)`` may name a reason to leave a case out (reported in the message)."""
+    t0 = time.perf_counter()
+    record = BY_FUNCTION[function]
+    row = RowResult(id=row_id, spec_id=record.spec_id, function=function, adapter=view.name, status="pass")
+    dtypes = [d for d in record.dtypes if d in view.dtypes]
+    trials: list[tuple[str, cases.Case, str]] = []
+    seeds = seeds_for(f"{row_id}", seed, n_seeds)
+    row.seeds = seeds
+    for s in seeds:
+        case = cases.make_case(function, s)
+        case.kwargs.update(fixed)
+        trials += [("property", case, d) for d in dtypes]
+        if "mask" in record.invariants and "mask" in case.args:
+            trials.append(("invariant:mask", cases.plant_masked(case, s), dtypes[0]))
+        if "on_policy" in record.invariants:
+            trials.append(("invariant:on_policy", cases.on_policy(case), dtypes[0]))
+    for case in _golden(function):
+        case.kwargs.update(fixed)
+        trials.append(("golden", case, "float64" if "float64" in dtypes else dtypes[0]))
+    skipped: list[str] = []
+    kept = []
+    for kind, case, dtype in trials:
+        reason = skip(case) if skip else None
+        if reason:
+            skipped.append(f"{kind} seed {case.seed}: {reason}")
+        else:
+            kept.append((kind, case, dtype))
+
+    def run(kind: str, case: cases.Case, dtype: str, override: dict[str, Any] | None = None) -> Any:
+        q = record.question_kwargs(case.kwargs)
+        okw = {**{k: v for k, v in case.kwargs.items() if k in fixed or k in record.question}, **(override or {})}
+        return run_case(record, view, case, dtype, q, okw)
+
+    outcomes = [(k, c, d, run(k, c, d)) for k, c, d in kept]
+    outcomes = [x for x in outcomes if x[3].status not in ("ill_conditioned", "unsupported")]
+    row.n_cases = len(outcomes)
+    for kind, _, _, o in outcomes:
+        row.max_abs_err, row.max_rel_err = max(row.max_abs_err, o.max_abs), max(row.max_rel_err, o.max_rel)
+        if row.checks.get(kind, "pass") == "pass":
+            row.checks[kind] = o.status
+    tail = (f"{note} " if note else "") + (f"({len(skipped)} case(s) left out: {'; '.join(skipped[:3])})" if skipped else "")
+    errors = [o for *_, o in outcomes if o.status == "error"]
+    failing = [o for *_, o in outcomes if o.status == "fail"]
+    if errors:
+        row.status, row.message = "error", errors[0].report()
+    elif failing:
+        own = record.presets.get(view.name)  # the framework's own preset first
+        for variant in ([own] if own else []) + list(record.variant_kwargs()):
+            if not variant or any(k in fixed and variant[k] != fixed[k] for k in variant):
+                continue
+            if all(run(k, c, d, variant).status in ("pass", "ill_conditioned", "unsupported") for k, c, d, _ in outcomes):
+                names = [n for n, kw in record.presets.items() if kw == variant]
+                row.status = "preset"
+                row.matched_preset = ", ".join(names) if names else None
+                row.matched_kwargs = dict(variant)
+                label = f"preset {row.matched_preset}" if names else "variant"
+                row.message = f"matches {label} ({', '.join(f'{k}={v!r}' for k, v in variant.items())}), not canonical"
+                break
+        else:
+            row.status, row.message = "fail", failing[0].report()
+    row.message = " ".join(x for x in (row.message, tail) if x)
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
+# Composition rows
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Candidate:
+    """One formula a framework result may equal: ``evaluate() -> {"value": ..., "grad[x]": ...}``."""
+
+    label: str  # "canonical" or the variant's description
+    formula: str
+    evaluate: Callable[[], dict[str, Any]]
+    preset: str | None = None
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def composition_row(row_id: str, spec_id: str, function: str, adapter: Any, got: Callable[[], dict[str, Any]],
+                    candidates: list[Candidate], tol: dict[str, Tol], *, seed: int | None = None, note: str = "") -> RowResult:
+    """Compare the framework's results ``got()`` (keys like ``"value"``, ``"grad[logp]"``) with each
+    candidate in turn; the first that matches every key decides the status."""
+    t0 = time.perf_counter()
+    row = RowResult(id=row_id, spec_id=spec_id, function=function, adapter=adapter.name, status="pass",
+                    seeds=[] if seed is None else [seed], n_cases=1)
+    try:
+        actual = got()
+        first: tuple[Candidate, Comparison] | None = None
+        for cand in candidates:
+            expected = cand.evaluate()
+            c = Comparison()
+            for key, value in expected.items():
+                c.add(key, actual[key], value, tol.get(key.split("[")[0], tol["value"]))
+            if first is None:
+                first = (cand, c)
+            if c.ok:
+                row.max_abs_err, row.max_rel_err, row.checks = c.max_abs, c.max_rel, dict(c.checks)
+                if cand.label == "canonical":
+                    row.message = f"= {cand.formula}"
+                else:
+                    row.status = "preset"
+                    row.matched_preset = cand.preset
+                    row.matched_kwargs = dict(cand.kwargs) or None
+                    what = f"preset {cand.preset}" if cand.preset else "variant"
+                    row.message = f"matches {what} ({cand.label}), not canonical: {cand.formula}"
+                break
+        else:
+            cand, c = first
+            row.status = "fail"
+            row.max_abs_err, row.max_rel_err, row.checks = c.max_abs, c.max_rel, dict(c.checks)
+            row.message = "\n".join([f"{cand.label} {cand.formula}:"] + [m.describe() for m in c.mismatches]
+                                    + [f"no variant matched either ({', '.join(x.label for x in candidates[1:]) or 'none tried'})"])
+    except Exception as exc:  # a framework failure is a row, not a crash
+        row.status = "error"
+        row.message = f"{type(exc).__name__}: {exc}"
+    if note:
+        row.message = f"{row.message} {note}".strip()
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
+def not_implemented_row(row_id: str, spec_id: str, function: str, adapter: Any, message: str) -> RowResult:
+    return RowResult(id=row_id, spec_id=spec_id, function=function, adapter=adapter.name, status="not_implemented",
+                     message=message)
+
+
+def loss_tolerances(dtype: str, spec_id: str = "loss.ppo") -> dict[str, Tol]:
+    return {"value": tolerance("agg", dtype, "value"), "grad": tolerance(spec_id, dtype, "grad")}
+
+
+# ---------------------------------------------------------------------------------------------
+# The loss batch: token-aligned [B, T], ragged, with finite garbage at every masked position
+# ---------------------------------------------------------------------------------------------
+
+B, T = 6, 9
+# (first completion column, completion length, masked tool column or None) per row
+ROWS = ((2, 7, None), (5, 4, None), (7, 1, None), (2, 6, 4), (3, 0, None), (4, 5, None))
+ADVANTAGE_SIGNS = np.array([1.0, -1.0, -1.0, 1.0, 1.0, -1.0])
+
+
+def loss_mask() -> np.ndarray:
+    m = np.zeros((B, T), dtype=bool)
+    for b, (start, n, tool) in enumerate(ROWS):
+        m[b, start:start + n] = True
+        if tool is not None:
+            m[b, tool] = False
+    return m
+
+
+def _far(x: float, kinks: tuple[float, ...], margin: float) -> bool:
+    return all(abs(x - k) > margin for k in kinks)
+
+
+def log_ratios(rng: np.random.Generator, mask: np.ndarray, kinks: tuple[float, ...], margin: float = 0.03,
+               seq_kinks: tuple[float, ...] = ()) -> np.ndarray:
+    """Per-token log(pi/pi_old): inside, just outside and far outside every clip range, including
+    ratios above 3 (verl's dual-clip constant) and below 0.2; each kept ``margin`` from every kink (and
+    each row's mean log-ratio from ``seq_kinks``)."""
+    d = np.zeros(mask.shape)
+    for b in range(mask.shape[0]):
+        while True:
+            for t in range(mask.shape[1]):
+                while True:
+                    u = rng.random()
+                    if u < 0.35:
+                        x = float(rng.uniform(-0.15, 0.15))
+                    elif u < 0.7:
+                        x = float(rng.choice([-1.0, 1.0]) * rng.uniform(0.3, 0.8))
+                    else:
+                        x = float(rng.choice([-1.0, 1.0]) * rng.uniform(1.3, 2.3))
+                    if _far(x, kinks, margin):
+                        d[b, t] = x
+                        break
+            n = mask[b].sum()
+            if n == 0 or _far(float(d[b][mask[b]].mean()), seq_kinks, margin):
+                break
+    return d
+
+
+def loss_batch(seed: int, *, per_token_advantages: bool = False, kinks: tuple[float, ...] = (),
+               seq_kinks: tuple[float, ...] = ()) -> dict[str, np.ndarray]:
+    """Seeded float64 batch: ``logp``, ``old_logp`` (= logp - d), ``ref_logp``, ``advantages`` ([B] or
+    [B, T]), ``values``, ``old_values``, ``returns``, ``token_loss``, ``mask``. Masked positions hold
+    finite garbage (what padding holds in a real batch), never zeros."""
+    rng = np.random.default_rng(seed)
+    m = loss_mask()
+    logp = -np.abs(rng.normal(0.0, 1.5, size=(B, T))) - 1e-3
+    d = log_ratios(rng, m, kinks, seq_kinks=seq_kinks)
+    k = rng.uniform(-0.6, 0.6, size=(B, T))
+    k[0, 3], k[5, 5] = -3.4, 2.5  # ref far above logp (k3 > 10: verl's clamp binds) and below
+    if per_token_advantages:
+        adv = rng.normal(0.0, 1.0, size=(B, T))
+    else:
+        adv = ADVANTAGE_SIGNS * (0.3 + np.abs(rng.normal(0.0, 1.0, size=B)))
+    values = rng.normal(0.0, 2.0, size=(B, T))
+    delta = np.zeros((B, T))
+    for idx in np.ndindex(B, T):
+        while True:
+            x = float(rng.normal(0.0, 0.6))
+            if _far(abs(x), (0.2, 0.5), 0.03):
+                delta[idx] = x
+                break
+    garbage = ~m
+    out = {
+        "logp": logp,
+        "old_logp": logp - d,
+        "ref_logp": logp - k,
+        "advantages": adv,
+        "values": values + delta,
+        "old_values": values,
+        "returns": rng.normal(0.0, 2.0, size=(B, T)),
+        "token_loss": rng.normal(0.0, 1.0, size=(B, T)),
+        "token_rewards": rng.normal(0.0, 1.0, size=(B, T)),
+        "mask": m,
+    }
+    for name in ("logp", "old_logp", "ref_logp", "values", "old_values", "returns", "token_loss", "token_rewards"):
+        out[name] = np.where(garbage, rng.uniform(-3.0, 0.0, size=(B, T)), out[name])
+    if per_token_advantages:
+        out["advantages"] = np.where(garbage, rng.normal(0.0, 5.0, size=(B, T)), out["advantages"])
+    return out
+
+
+def round_batch(batch: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """The batch as the framework sees it in ``dtype``, held in float64 for the oracle."""
+    return {k: (cases.round_to(v, dtype) if v.dtype.kind == "f" else v) for k, v in batch.items()}
+
+
+def upstream_for(shape: tuple[int, ...], seed: int, dtype: str) -> np.ndarray:
+    return cases.round_to(np.random.default_rng(seed).normal(0.0, 1.0, size=shape), dtype)
+
+
+NP = {"float64": np.float64, "float32": np.float32}
+
+
+__all__ = ["FunctionView", "fixed_row", "Candidate", "composition_row", "not_implemented_row", "loss_batch",
+           "round_batch", "upstream_for", "loss_tolerances", "loss_mask", "B", "T", "NP"]

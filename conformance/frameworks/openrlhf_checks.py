@@ -1,0 +1,363 @@
+"""OpenRLHF rows that are not single core-API calls: ``aggregate_loss`` (token-level and sample-level; local,
+with the trainer's normalisers, and over two data-parallel ranks), the aggregated ``PolicyLoss`` (ppo,
+asymmetric clip, dual-clip, gspo) and ``ValueLoss`` (value and gradient), ``compute_approx_kl`` per
+estimator and with ``unbiased_gradient=True``, and the estimators of
+``RemoteExperienceMaker.compute_advantages_and_returns`` (group_norm, dr_grpo, rloo, flash_reinforce,
+reinforce_baseline and gae with their batch whitening).
+
+Entry point: ``extra_rows(adapter, seed) -> list[RowResult]``; ids like ``openrlhf.aggregate_loss[sample,trainer]``,
+``openrlhf.PolicyLoss[ppo,dual_clip=3.0]``, ``openrlhf.advantages[group_norm]``. Loss rows are checked as in
+``verl_checks`` (``checks.loss_batch``: float32, finite garbage at masked positions, value and gradient).
+
+The trainer's normalisers come from OpenRLHF itself (``utils/loss_utils.py::get_loss_batch_info``):
+``batch_num_tokens`` = the valid-token count, ``global_batch_size`` = the number of rows with at least one
+valid token. The spec counts every row in ``S`` (``aggregate``: "a row with n_b = 0 adds 0 but counts in
+S"), so sample-level rows with an empty completion match the variant ``num_seqs = rows with a valid token``.
+
+Sources: openrlhf 0.11.2, ``openrlhf/models/loss.py`` (``aggregate_loss`` :11-39, ``PolicyLoss`` :116-259,
+``ValueLoss`` :262-298), ``openrlhf/models/utils.py`` (``compute_approx_kl`` :69-128, ``compute_reward``
+:131-158), ``openrlhf/trainer/ppo_utils/experience_maker.py`` (:238-387).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+import oracle
+from conformance.frameworks.checks import (
+    Candidate,
+    FunctionView,
+    composition_row,
+    fixed_row,
+    loss_batch,
+    loss_tolerances,
+    round_batch,
+    upstream_for,
+)
+from conformance.frameworks.verl_checks import _compose, _cispo, _fmt, _gspo, _ppo, _value  # noqa: F401  (shared pieces)
+from conformance.suite import RowResult
+from conformance.tolerances import tolerance
+
+DTYPE = "float32"
+KINKS = tuple(math.log(x) for x in (0.8, 1.2, 1.28, 3.0))
+SEQ_KINKS = tuple(math.log(x) for x in (0.8, 1.2))
+NO_SINGLETONS = "n_samples_per_prompt = 1 is rejected by OpenRLHF's CLI (cli/train_ppo_ray.py); the raw code divides by zero"
+
+
+def _trainer_info(adapter: Any, m: np.ndarray) -> dict[str, Any]:
+    info = adapter.call("loss_batch_info", {"loss_mask": m.astype(np.float32)})["outputs"]
+    return {"dp_size": int(info["dp_size"]), "batch_num_tokens": float(info["batch_num_tokens"]),
+            "global_batch_size": float(info["global_batch_size"])}
+
+
+def _spec_agg(token_level: bool, info: dict[str, Any] | None, m: np.ndarray, *, rows_with_tokens: bool) -> dict[str, Any]:
+    agg: dict[str, Any] = {"mode": "token_mean" if token_level else "seq_mean_token_mean"}
+    if token_level:
+        agg["num_tokens"] = float(m.sum())
+    else:
+        agg["num_seqs"] = float((m.sum(axis=1) > 0).sum()) if rows_with_tokens else float(m.shape[0])
+    return agg
+
+
+# ---------------------------------------------------------------------------------------------
+# aggregate_loss
+# ---------------------------------------------------------------------------------------------
+
+
+def agg_rows(adapter: Any, seed: int) -> list[RowResult]:
+    batch = round_batch(loss_batch(seed), DTYPE)
+    m, x = batch["mask"], batch["token_loss"]
+    tol = {"value": tolerance("agg", DTYPE, "value"), "grad": tolerance("agg", DTYPE, "grad")}
+    info = _trainer_info(adapter, m)
+    rows = []
+    for token_level in (True, False):
+        level = "token" if token_level else "sample"
+        for scope in ("local", "trainer"):
+            kw = {"token_level_loss": token_level}
+            if scope == "trainer":
+                kw.update(info)
+
+            def got(kw: dict[str, Any] = kw) -> dict[str, Any]:
+                r = adapter.call("aggregate_loss", {"loss": x.astype(np.float32), "loss_mask": m.astype(np.float32)}, kw,
+                                 wrt=["loss"], upstream={"loss": 1.0})
+                return {"value": r["outputs"]["loss"], "grad[token_loss]": r["grads"]["loss"]}
+
+            rows.append(composition_row(f"openrlhf.aggregate_loss[{level},{scope}]", "agg", "openrlhf.aggregate_loss", adapter, got,
+                                        _agg_candidates(x, m, token_level), tol, seed=seed))
+        rows.append(dp_row(adapter, batch, token_level, seed, tol))
+    return rows
+
+
+def _agg_candidates(x: np.ndarray, m: np.ndarray, token_level: bool) -> list[Candidate]:
+    def ev(agg: dict[str, Any]) -> Any:
+        return lambda: {"value": oracle.aggregate(x, m, **agg), "grad[token_loss]": oracle.aggregate_grad(x, m, 1.0, **agg)}
+
+    spec = _spec_agg(token_level, None, m, rows_with_tokens=False)
+    cands = [Candidate("canonical", f"aggregate({_fmt(spec)})", ev(spec))]
+    if not token_level:
+        alt = _spec_agg(token_level, None, m, rows_with_tokens=True)
+        cands.append(Candidate("num_seqs = rows with a valid token", f"aggregate({_fmt(alt)})", ev(alt),
+                               kwargs={"num_seqs": "rows with a valid token (loss.py:32-38, loss_utils.py:40-43)"}))
+    return cands
+
+
+def dp_row(adapter: Any, batch: dict[str, np.ndarray], token_level: bool, seed: int, tol: dict[str, Any], dp: int = 2) -> RowResult:
+    """Two data-parallel ranks with the global normalisers (token count, non-empty rows) and ``dp_size``;
+    DeepSpeed/DDP average the ranks' gradients, so the effective loss is the mean of the rank losses."""
+    m, x = batch["mask"], batch["token_loss"]
+    info = _trainer_info(adapter, m)
+    parts = np.array_split(np.arange(m.shape[0]), dp)
+
+    def got() -> dict[str, Any]:
+        value, grad = 0.0, np.zeros(m.shape)
+        for rows in parts:
+            r = adapter.call("aggregate_loss", {"loss": x[rows].astype(np.float32), "loss_mask": m[rows].astype(np.float32)},
+                             {"token_level_loss": token_level, "dp_size": dp, "batch_num_tokens": info["batch_num_tokens"],
+                              "global_batch_size": info["global_batch_size"]}, wrt=["loss"], upstream={"loss": 1.0})
+            value += float(r["outputs"]["loss"]) / dp
+            grad[rows] = r["grads"]["loss"] / dp
+        return {"value": value, "grad[token_loss]": grad}
+
+    level = "token" if token_level else "sample"
+    return composition_row(f"openrlhf.aggregate_loss[{level},dp={dp}]", "agg", "openrlhf.aggregate_loss", adapter, got,
+                           _agg_candidates(x, m, token_level), tol, seed=seed,
+                           note=f"(mean over {dp} ranks, each with dp_size={dp} and the whole batch's normalisers)")
+
+
+# ---------------------------------------------------------------------------------------------
+# PolicyLoss / ValueLoss
+# ---------------------------------------------------------------------------------------------
+
+
+def policy_row(adapter: Any, seed: int, init: dict[str, Any], asked: dict[str, Any], *, per_token_advantages: bool = False,
+               trainer: bool = True) -> RowResult:
+    kind = init.get("policy_loss_type", "ppo")
+    piece_fn, function, spec_id = (_gspo, "gspo_token_loss", "loss.gspo") if kind == "gspo" else (_ppo, "ppo_token_loss", "loss.ppo")
+    batch = round_batch(loss_batch(seed, per_token_advantages=per_token_advantages, kinks=KINKS,
+                                   seq_kinks=SEQ_KINKS if kind == "gspo" else ()), DTYPE)
+    m = batch["mask"]
+    token_level = kind != "gspo"  # PolicyLoss forces token_level_loss=False for gspo (loss.py:150-151)
+    info = _trainer_info(adapter, m) if trainer else {}
+
+    def got() -> dict[str, Any]:
+        adv = batch["advantages"] if batch["advantages"].ndim == 2 else np.broadcast_to(batch["advantages"][:, None], m.shape)
+        arrays = {"log_probs": batch["logp"].astype(np.float32), "old_log_probs": batch["old_logp"].astype(np.float32),
+                  "advantages": np.ascontiguousarray(adv, dtype=np.float32), "action_mask": m.astype(np.float32)}
+        r = adapter.call("policy_loss", arrays, {"init": init, **info}, wrt=["log_probs"], upstream={"loss": 1.0})
+        return {"value": r["outputs"]["loss"], "grad[logp]": r["grads"]["log_probs"]}
+
+    preset = {**oracle.presets.preset_kwargs("openrlhf", function), **asked}
+    cands = []
+    for rows_with_tokens in ((False, True) if not token_level else (False,)):
+        agg = _spec_agg(token_level, info, m, rows_with_tokens=rows_with_tokens)
+        s_note = ", num_seqs = rows with a valid token" if rows_with_tokens else ""
+        for label, kw, name in (("canonical", asked, None), ("preset", preset, "openrlhf")):
+            if name and preset == asked:
+                continue
+            diff = {k: v for k, v in kw.items() if asked.get(k, object()) != v}
+
+            def ev(kw: dict[str, Any] = kw, agg: dict[str, Any] = agg) -> dict[str, Any]:
+                out = _compose(piece_fn(batch["logp"], batch, **kw), m, agg)
+                return {"value": out["value"], "grad[logp]": out["grad"]}
+
+            lab = "canonical" if label == "canonical" and not rows_with_tokens else ", ".join(
+                x for x in (_fmt(diff), s_note.strip(", ")) if x)
+            extra = {"num_seqs": "rows with a valid token"} if rows_with_tokens else {}
+            cands.append(Candidate(lab, f"aggregate({function}({_fmt(kw)}), {_fmt(agg)})", ev,
+                                   preset=name, kwargs={**diff, **extra}))
+    parts = [kind] + [f"{k}={v}" for k, v in init.items() if k != "policy_loss_type"] + (["A=[B,T]"] if per_token_advantages else []) \
+        + ([] if trainer else ["local"])
+    return composition_row(f"openrlhf.PolicyLoss[{','.join(parts)}]", f"{spec_id}+agg", "openrlhf.PolicyLoss", adapter, got, cands,
+                           loss_tolerances(DTYPE, spec_id), seed=seed)
+
+
+def value_row(adapter: Any, seed: int, clip_eps: float | None, asked: dict[str, Any]) -> RowResult:
+    batch = round_batch(loss_batch(seed), DTYPE)
+    m = batch["mask"]
+    info = _trainer_info(adapter, m)
+    agg = _spec_agg(True, info, m, rows_with_tokens=False)
+
+    def got() -> dict[str, Any]:
+        arrays = {"values": batch["values"].astype(np.float32), "old_values": batch["old_values"].astype(np.float32),
+                  "returns": batch["returns"].astype(np.float32), "action_mask": m.astype(np.float32)}
+        r = adapter.call("value_loss", arrays, {"clip_eps": clip_eps, **info}, wrt=["values"], upstream={"loss": 1.0})
+        return {"value": r["outputs"]["loss"], "grad[values]": r["grads"]["values"]}
+
+    def ev(kw: dict[str, Any]) -> Any:
+        def run() -> dict[str, Any]:
+            out = _compose(_value(batch["values"], batch, **kw), m, agg)
+            return {"value": out["value"], "grad[values]": out["grad"]}
+        return run
+
+    preset = {**oracle.presets.preset_kwargs("openrlhf", "value_token_loss"), **asked}
+    cands = [Candidate("canonical", f"aggregate(value_token_loss({_fmt(asked)}), {_fmt(agg)})", ev(asked))]
+    if preset != asked:
+        cands.append(Candidate(_fmt(preset), f"aggregate(value_token_loss({_fmt(preset)}), {_fmt(agg)})", ev(preset),
+                               preset="openrlhf", kwargs=preset))
+    return composition_row(f"openrlhf.ValueLoss[clip_eps={clip_eps}]", "loss.value+agg", "openrlhf.ValueLoss", adapter, got, cands,
+                           loss_tolerances(DTYPE, "loss.value"), seed=seed)
+
+
+def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+    return [
+        policy_row(adapter, seed, {"policy_loss_type": "ppo"}, {}),  # defaults: 0.2/0.2, no dual clip
+        policy_row(adapter, seed, {"policy_loss_type": "ppo"}, {}, trainer=False),
+        policy_row(adapter, seed, {"policy_loss_type": "ppo", "clip_eps_high": 0.28}, {"eps_high": 0.28}),
+        policy_row(adapter, seed, {"policy_loss_type": "ppo", "dual_clip": 3.0}, {"dual_clip": 3.0}),
+        policy_row(adapter, seed, {"policy_loss_type": "ppo"}, {}, per_token_advantages=True),
+        policy_row(adapter, seed, {"policy_loss_type": "gspo"}, {}),
+        policy_row(adapter, seed, {"policy_loss_type": "gspo"}, {}, per_token_advantages=True),
+        value_row(adapter, seed, 0.5, {}),  # the CLI's value_clip default
+        value_row(adapter, seed, None, {}),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# compute_approx_kl
+# ---------------------------------------------------------------------------------------------
+
+
+def kl_rows(adapter: Any, seed: int) -> list[RowResult]:
+    rows = []
+    for est in ("k1", "k2", "k3"):
+        view = FunctionView(adapter, "kl_penalty",
+                            lambda lp, ref, m, *, estimator="k1": adapter.approx_kl(lp, ref, m, estimator=estimator),
+                            lambda lp, ref, m, up, *, estimator="k1": adapter.approx_kl(lp, ref, m, estimator=estimator, upstream=up))
+        rows.append(fixed_row(view, "kl_penalty", row_id=f"openrlhf.compute_approx_kl[{est}]", fixed={"estimator": est}, seed=seed))
+        rows.append(kl_batch_row(adapter, seed, est, unbiased=False))
+        rows.append(kl_batch_row(adapter, seed, est, unbiased=True))
+    return rows
+
+
+def kl_batch_row(adapter: Any, seed: int, est: str, *, unbiased: bool) -> RowResult:
+    """On the loss batch (k3 beyond the ±10 clamp on one token); with ``unbiased_gradient=True`` the value
+    is the estimator's and the gradient is w·(logp − ref) with w = min(π/π_old, 10), detached
+    (``models/utils.py:118-128``)."""
+    batch = round_batch(loss_batch(seed), DTYPE)
+    m, lp, ref, old = batch["mask"], batch["logp"], batch["ref_logp"], batch["old_logp"]
+    u = upstream_for(m.shape, seed + 11, DTYPE)
+    f32 = np.float32
+
+    def got() -> dict[str, Any]:
+        kw = {"estimator": est, "unbiased_gradient": unbiased, "old_logp": old.astype(f32) if unbiased else None}
+        return {"value": adapter.approx_kl(lp.astype(f32), ref.astype(f32), m, **kw),
+                "grad[logp]": adapter.approx_kl(lp.astype(f32), ref.astype(f32), m, upstream=u.astype(f32), **kw)}
+
+    def ev(value_kw: dict[str, Any], straight_through: bool) -> Any:
+        def run() -> dict[str, Any]:
+            if straight_through:
+                w = np.minimum(np.exp(np.where(m, lp - old, 0.0)), 10.0)
+                grad = oracle.kl_penalty_grad(lp, ref, m, u * w, estimator="k2")
+            else:
+                grad = oracle.kl_penalty_grad(lp, ref, m, u, **value_kw)
+            return {"value": oracle.kl_penalty(lp, ref, m, **value_kw), "grad[logp]": grad}
+        return run
+
+    canonical = {"estimator": est}
+    preset = {**canonical, **oracle.presets.preset_kwargs("openrlhf", "kl_penalty")}
+    cands = [Candidate("canonical", f"kl_penalty({_fmt(canonical)})", ev(canonical, False)),
+             Candidate(_fmt({"clamp": preset.get("clamp")}), f"kl_penalty({_fmt(preset)})", ev(preset, False), preset="openrlhf",
+                       kwargs={"clamp": preset.get("clamp")})]
+    if unbiased:
+        cands = [Candidate("clamp=10.0, gradient w*(logp - ref), w = min(pi/pi_old, 10) detached",
+                           f"value kl_penalty({_fmt(preset)}), gradient kl_penalty_grad(estimator='k2', upstream*w)",
+                           ev(preset, True), kwargs={"clamp": 10.0, "gradient": "k2 x detached IS weight (unbiased_gradient)"})] + cands
+    tol = {"value": tolerance("kl.estimator", DTYPE, "value"), "grad": tolerance("kl.estimator", DTYPE, "grad")}
+    rid = f"openrlhf.compute_approx_kl[{est},loss batch{',unbiased_gradient' if unbiased else ''}]"
+    return composition_row(rid, "kl.estimator", "openrlhf.compute_approx_kl", adapter, got, cands, tol, seed=seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# compute_advantages_and_returns
+# ---------------------------------------------------------------------------------------------
+
+
+def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
+    if not adapter.has_experience_maker:
+        from conformance.frameworks.checks import not_implemented_row
+
+        return [not_implemented_row("openrlhf.advantages", "adv.*", "openrlhf.compute_advantages_and_returns", adapter,
+                                    "openrlhf.trainer.ppo_utils.experience_maker did not import in the worker")]
+
+    def singletons(case: Any) -> str | None:
+        return NO_SINGLETONS if case.args.get("group_size") == 1 else None
+
+    rows = []
+    for estimator, fixed in (("group_norm", {"scale": "group"}), ("dr_grpo", {"scale": "none"})):
+        view = FunctionView(adapter, "grpo_advantages", lambda r, G, *, scale="group", e=estimator: adapter.outcome_advantages(e, r, G))
+        rows.append(fixed_row(view, "grpo_advantages", row_id=f"openrlhf.advantages[{estimator}]", fixed=fixed, seed=seed, skip=singletons))
+    view = FunctionView(adapter, "rloo_advantages", lambda r, G: adapter.outcome_advantages("rloo", r, G))
+    rows.append(fixed_row(view, "rloo_advantages", row_id="openrlhf.advantages[rloo]", fixed={}, seed=seed, skip=singletons))
+    view = FunctionView(adapter, "reinforce_advantages", lambda r, *, baseline="none": adapter.outcome_advantages("flash_reinforce", r, 1))
+    rows.append(fixed_row(view, "reinforce_advantages", row_id="openrlhf.advantages[flash_reinforce]", fixed={"baseline": "batch_mean"}, seed=seed))
+    rows.append(reinforce_baseline_row(adapter, seed))
+    rows += [gae_row(adapter, seed, 1.0, 1.0), gae_row(adapter, seed, 0.99, 0.95)]
+    return rows
+
+
+WHITEN_PRESET = oracle.presets.preset_kwargs("openrlhf", "whiten")
+
+
+def reinforce_baseline_row(adapter: Any, seed: int, G: int = 2) -> RowResult:
+    """``reinforce_baseline``: r − group mean, broadcast over the valid tokens (cumulative returns with
+    γ = 1), then whitened over every valid token of the batch (biased variance, floored at 1e-8)."""
+    batch = round_batch(loss_batch(seed), DTYPE)
+    m = batch["mask"]
+    rewards = np.round(np.random.default_rng(seed + 3).normal(0.0, 1.0, size=m.shape[0]), 3).astype(np.float32).astype(np.float64)
+
+    def got() -> dict[str, Any]:
+        adv, _ = adapter.experience_advantages("reinforce_baseline", rewards.astype(np.float32), G, mask=m)
+        return {"value": np.where(m, adv, 0.0)}
+
+    def ev(kw: dict[str, Any]) -> Any:
+        def run() -> dict[str, Any]:
+            a = oracle.grpo_advantages(rewards, G, scale="none")
+            tokens = np.where(m, a[:, None], 0.0)
+            return {"value": oracle.whiten(tokens, m, **kw)}
+        return run
+
+    cands = [Candidate("canonical", "whiten(grpo_advantages(scale='none') on every valid token)", ev({})),
+             Candidate(_fmt(WHITEN_PRESET), f"whiten(grpo_advantages(scale='none') on every valid token, {_fmt(WHITEN_PRESET)})",
+                       ev(WHITEN_PRESET), preset="openrlhf", kwargs=WHITEN_PRESET)]
+    tol = {"value": tolerance("adv.whiten", DTYPE, "value")}
+    return composition_row("openrlhf.advantages[reinforce_baseline]", "adv.grpo+adv.whiten", "openrlhf.compute_advantages_and_returns",
+                           adapter, got, cands, tol, seed=seed)
+
+
+def gae_row(adapter: Any, seed: int, gamma: float, lam: float) -> RowResult:
+    """``gae``: the score on each row's last valid token (``compute_reward``, KL coefficient 0), GAE
+    through ``get_advantages_and_returns`` on the loss batch (a masked tool token inside row 3's
+    completion), then the batch whitening (biased variance)."""
+    batch = round_batch(loss_batch(seed), DTYPE)
+    m, values = batch["mask"], batch["values"]
+    scores = np.round(np.random.default_rng(seed + 5).normal(0.0, 1.0, size=m.shape[0]), 3).astype(np.float32).astype(np.float64)
+
+    def got() -> dict[str, Any]:
+        adv, ret = adapter.experience_advantages("gae", scores.astype(np.float32), 1, mask=m, values=values.astype(np.float32),
+                                                 gamma=gamma, lambd=lam)
+        return {"value": np.where(m, adv, 0.0), "returns": np.where(m, ret, 0.0)}
+
+    def ev(kw: dict[str, Any]) -> Any:
+        def run() -> dict[str, Any]:
+            r = oracle.rlhf_token_rewards(scores, batch["logp"], batch["logp"], m, kl_coef=0.0)
+            a, ret = oracle.gae(r, values, m, gamma=gamma, lam=lam)
+            return {"value": oracle.whiten(a, m, **kw), "returns": ret}
+        return run
+
+    cands = [Candidate("canonical", f"whiten(gae(gamma={gamma:g}, lam={lam:g}).advantages), gae(...).returns", ev({})),
+             Candidate(_fmt(WHITEN_PRESET), f"whiten(gae(gamma={gamma:g}, lam={lam:g}).advantages, {_fmt(WHITEN_PRESET)}), gae(...).returns",
+                       ev(WHITEN_PRESET), preset="openrlhf", kwargs=WHITEN_PRESET)]
+    tol = {"value": tolerance("adv.whiten", DTYPE, "value"), "returns": tolerance("adv.gae", DTYPE, "value")}
+    return composition_row(f"openrlhf.advantages[gae,gamma={gamma:g},lambd={lam:g}]", "adv.gae+adv.whiten",
+                           "openrlhf.compute_advantages_and_returns", adapter, got, cands, tol, seed=seed)
+
+
+def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
+    """Every OpenRLHF-specific row."""
+    return agg_rows(adapter, seed) + loss_rows(adapter, seed) + kl_rows(adapter, seed) + advantage_rows(adapter, seed)
+
+
+__all__ = ["extra_rows", "agg_rows", "loss_rows", "kl_rows", "advantage_rows"]

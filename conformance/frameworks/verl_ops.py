@@ -1,0 +1,127 @@
+"""verl operations for the subprocess worker (``conformance/adapters/subprocess_worker.py``).
+
+Runs inside the verl environment (``rlspec frameworks install verl``); imports only torch, NumPy and
+verl. Every op calls the installed verl and returns what verl returns, in verl's conventions
+(response tensors ``[B, R]`` with a ``response_mask``, group ids in ``index``, an ``ActorConfig`` for
+the policy losses). The conversion to spec conventions happens in ``conformance/adapters/verl_adapter.py``.
+
+What is called (verl 0.9.1, paths relative to the package root ``verl/``; line numbers as in
+peer-conventions.md, which match 0.9.1 up to about line 1600):
+
+| op | verl |
+|---|---|
+| ``agg_loss`` | ``trainer/ppo/core_algos.py::agg_loss`` (:1140) |
+| ``kl_penalty`` | ``trainer/ppo/core_algos.py::kl_penalty`` (:2188) |
+| ``policy_loss`` | ``core_algos.get_policy_loss_fn(name)``: ``compute_policy_loss_vanilla`` (:1286), ``_gspo`` (:1546), ``_cispo`` (:2048), with ``workers/config/actor.py::ActorConfig`` |
+| ``value_loss`` | ``trainer/ppo/core_algos.py::compute_value_loss`` (:2125) |
+| ``advantage`` | ``core_algos.get_adv_estimator_fn(name)``: ``compute_gae_advantage_return`` (:216), ``compute_grpo_outcome_advantage`` (:268), ``compute_grpo_vectorized_outcome_advantage`` (:335), ``compute_rloo_outcome_advantage`` (:588), ``compute_rloo_vectorized_outcome_advantage`` (:834) |
+| ``masked_whiten`` | ``utils/torch_functional.py::masked_whiten`` (:329) |
+| ``logprobs_from_logits`` / ``entropy_from_logits`` | ``utils/torch_functional.py`` (:73, :231) |
+
+The per-token loss of a policy or value loss is the matrix verl hands to ``agg_loss`` (``loss_mat``):
+the op records it by wrapping ``core_algos.agg_loss`` for the duration of the call (the function
+object verl's losses look up at call time), the way the TRL adapter records the fused head's output
+with a forward hook. Nothing of verl is edited or copied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import numpy as np
+
+
+def load() -> dict[str, Any]:
+    import torch  # noqa: F401
+    import verl
+    import verl.trainer.ppo.core_algos as core_algos
+    import verl.utils.torch_functional as verl_F
+    from verl.workers.config import ActorConfig
+
+    @contextlib.contextmanager
+    def record_agg_loss():
+        seen: dict[str, Any] = {}
+        real = core_algos.agg_loss
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            seen["loss_mat"] = kwargs["loss_mat"] if "loss_mat" in kwargs else args[0]
+            out = real(*args, **kwargs)
+            seen["agg"] = out
+            return out
+
+        core_algos.agg_loss = spy
+        try:
+            yield seen
+        finally:
+            core_algos.agg_loss = real
+
+    def agg_loss(t: dict[str, Any], *, loss_agg_mode: str, dp_size: int = 1, batch_num_tokens: Any = None,
+                 global_batch_size: Any = None, loss_scale_factor: Any = None) -> dict[str, Any]:
+        loss = core_algos.agg_loss(t["loss_mat"], t["loss_mask"], loss_agg_mode, dp_size=dp_size,
+                                   batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size,
+                                   loss_scale_factor=loss_scale_factor)
+        return {"loss": loss}
+
+    def kl_penalty(t: dict[str, Any], *, kl_penalty: str) -> dict[str, Any]:
+        return {"kl": core_algos.kl_penalty(t["logprob"], t["ref_logprob"], kl_penalty)}
+
+    def policy_loss(t: dict[str, Any], *, name: str, loss_agg_mode: str = "token-mean",
+                    config: dict[str, Any] | None = None, global_batch_info: dict[str, Any] | None = None) -> dict[str, Any]:
+        cfg = ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
+                          loss_agg_mode=loss_agg_mode, **(config or {}))
+        cfg.global_batch_info.update(global_batch_info or {})
+        fn = core_algos.get_policy_loss_fn(name)
+        with record_agg_loss() as seen:
+            loss, metrics = fn(old_log_prob=t["old_log_prob"], log_prob=t["log_prob"], advantages=t["advantages"],
+                               response_mask=t["response_mask"], loss_agg_mode=loss_agg_mode, config=cfg)
+        return {"loss": loss, "per_token": seen["loss_mat"], "metrics": {k: float(v) for k, v in metrics.items()},
+                "clip_ratio_c": float(cfg.get("clip_ratio_c", 3.0)),
+                "clip_ratio_low": float(cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio),
+                "clip_ratio_high": float(cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio)}
+
+    def value_loss(t: dict[str, Any], *, cliprange_value: float, loss_agg_mode: str = "token-mean", dp_size: int = 1,
+                   batch_num_tokens: Any = None, global_batch_size: Any = None, loss_scale_factor: Any = None) -> dict[str, Any]:
+        with record_agg_loss() as seen:
+            loss, clipfrac = core_algos.compute_value_loss(
+                vpreds=t["vpreds"], returns=t["returns"], values=t["values"], response_mask=t["response_mask"],
+                cliprange_value=cliprange_value, loss_agg_mode=loss_agg_mode, dp_size=dp_size,
+                batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size,
+                loss_scale_factor=loss_scale_factor)
+        return {"loss": loss, "loss_mat": seen["loss_mat"], "agg": seen["agg"], "clipfrac": float(clipfrac)}
+
+    def advantage(t: dict[str, Any], *, name: str, **kwargs: Any) -> dict[str, Any]:
+        fn = core_algos.get_adv_estimator_fn(name)
+        if name == "gae":
+            adv, ret = fn(token_level_rewards=t["token_level_rewards"], values=t["values"],
+                          response_mask=t["response_mask"], gamma=kwargs["gamma"], lam=kwargs["lam"])
+        else:
+            index = np.asarray(t["index"])
+            adv, ret = fn(token_level_rewards=t["token_level_rewards"], response_mask=t["response_mask"],
+                          index=index, **kwargs)
+        return {"advantages": adv, "returns": ret}
+
+    def masked_whiten(t: dict[str, Any], *, shift_mean: bool = True) -> dict[str, Any]:
+        return {"out": verl_F.masked_whiten(t["values"], t["mask"], shift_mean=shift_mean)}
+
+    def logprobs_from_logits(t: dict[str, Any]) -> dict[str, Any]:
+        return {"logp": verl_F.logprobs_from_logits(t["logits"], t["labels"])}
+
+    def entropy_from_logits(t: dict[str, Any]) -> dict[str, Any]:
+        return {"entropy": verl_F.entropy_from_logits(t["logits"])}
+
+    ops = {
+        "agg_loss": agg_loss,
+        "kl_penalty": kl_penalty,
+        "policy_loss": policy_loss,
+        "value_loss": value_loss,
+        "advantage": advantage,
+        "masked_whiten": masked_whiten,
+        "logprobs_from_logits": logprobs_from_logits,
+        "entropy_from_logits": entropy_from_logits,
+    }
+    info = {
+        "core_algos": core_algos.__file__,
+        "flash_attn_cross_entropy": bool(getattr(verl_F, "FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE", False)),
+    }
+    return {"version": verl.__version__, "ops": ops, "info": info}
