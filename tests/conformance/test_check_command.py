@@ -1,0 +1,145 @@
+"""`rlspec check`, its reports, `list`, `explain`, `repro` and the pytest plugin."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conformance import report as reports
+from conformance.cli import main
+from conformance.commands.check import run_report, selected_records
+from conformance.registry import REGISTRY
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = "tests.conformance.example_adapters"
+
+
+@pytest.fixture(scope="module")
+def builtin_outputs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("check")
+    code = main([
+        "check", "--adapter", "oracle", "--adapter", "refimpl", "--n-seeds", "3", "--no-progress",
+        "--json", str(out / "r.json"), "--junit", str(out / "r.xml"), "--markdown", str(out / "r.md"),
+    ])
+    return code, out
+
+
+def test_builtin_adapters_all_pass(builtin_outputs):
+    code, out = builtin_outputs
+    data = json.loads((out / "r.json").read_text())
+    statuses = {(c["function"], c["adapter"]): c["status"] for c in data["checks"]}
+    assert code == 0
+    assert len(statuses) == 2 * len(REGISTRY)
+    assert set(statuses.values()) == {"pass"}, {k: v for k, v in statuses.items() if v != "pass"}
+
+
+def test_json_report_validates_against_schema(builtin_outputs):
+    _, out = builtin_outputs
+    schema = json.loads(reports.SCHEMA_PATH.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    data = json.loads((out / "r.json").read_text())
+    jsonschema.validate(data, schema)
+    assert data["suite_version"] and data["spec_version"] == "v1"
+    assert {a["name"] for a in data["adapters"]} == {"oracle", "refimpl"}
+    assert all(c["seeds"] for c in data["checks"]), "every row records the seeds that reproduce it"
+
+
+def test_junit_report_is_well_formed(builtin_outputs):
+    _, out = builtin_outputs
+    root = ET.parse(out / "r.xml").getroot()
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert {s.get("name") for s in suites} == {"rlspec.oracle", "rlspec.refimpl"}
+    for suite in suites:
+        cases = suite.findall("testcase")
+        assert int(suite.get("tests")) == len(cases) == len(REGISTRY)
+        assert int(suite.get("failures")) == int(suite.get("errors")) == 0
+        for case in cases:
+            assert case.get("classname") and case.get("name") and float(case.get("time")) >= 0
+
+
+def test_markdown_report_has_the_table(builtin_outputs):
+    _, out = builtin_outputs
+    text = (out / "r.md").read_text()
+    assert "| `adv.grpo` | `grpo_advantages` | pass | pass |" in text
+
+
+def test_broken_adapter_fails_with_a_useful_message():
+    records = selected_records(["logprob.token", "adv.grpo"])
+    rep = run_report([f"{EXAMPLES}:broken"], records, seed=0, n_seeds=4, timeout=60, progress=False)
+    rows = {r.function: r for r in rep.rows}
+    assert rows["grpo_advantages"].status == "pass"
+    bad = rows["token_logprobs"]
+    assert bad.status == "fail"
+    # names the quantity, spec id, adapter, dtype, shapes, errors with index, and a repro command
+    for fragment in ("token_logprobs", "spec logprob.token", "adapter=broken", "inputs: logits=[",
+                     "greatest absolute difference", "at index", "Reproduce: rlspec repro token_logprobs --seed"):
+        assert fragment in bad.message, fragment
+    assert not rep.ok
+    assert "FAIL" in reports.render_table(rep)
+
+
+def test_missing_functions_are_not_implemented_never_pass():
+    rep = run_report([f"{EXAMPLES}:partial"], selected_records(["adv.*"]), seed=0, n_seeds=2, timeout=60, progress=False)
+    rows = {r.function: r.status for r in rep.rows}
+    assert rows["grpo_advantages"] == "pass"
+    assert rows["rloo_advantages"] == rows["reinforce_advantages"] == rows["gae"] == "not_implemented"
+    assert rep.ok
+
+
+def test_misbehaving_adapter_gets_error_rows_and_the_run_completes():
+    records = selected_records(["adv.rloo", "adv.reinforce", "adv.grpo", "loss.pg"])
+    rep = run_report([f"{EXAMPLES}:misbehaving"], records, seed=0, n_seeds=2, timeout=2, progress=False)
+    rows = {r.function: r for r in rep.rows}
+    assert rows["rloo_advantages"].status == "error" and "adapter exploded" in rows["rloo_advantages"].message
+    assert rows["reinforce_advantages"].status == "error" and "timed out" in rows["reinforce_advantages"].message
+    assert rows["grpo_advantages"].status == "fail" and "shape" in rows["grpo_advantages"].message
+    assert rows["pg_token_loss"].status == "not_implemented"
+
+
+def test_unknown_adapter_is_reported_not_crashing():
+    rep = run_report(["no_such_module_xyz:Adapter"], selected_records(["adv.grpo"]), seed=0, n_seeds=1, timeout=5, progress=False)
+    assert rep.adapters[0].status == "not_installed"
+    assert rep.rows == []
+
+
+def test_list_and_explain(capsys):
+    assert main(["list"]) == 0
+    listed = capsys.readouterr().out
+    for q in REGISTRY:
+        assert q.spec_id in listed and q.function in listed
+    assert main(["explain", "adv.gae"]) == 0
+    text = capsys.readouterr().out
+    assert "## Equation" in text and "## Edge cases" in text
+    assert main(["explain", "agg.token_mean"]) == 0
+    assert main(["explain", "nope.nothing"]) == 2
+
+
+def test_repro_reruns_one_comparison(capsys):
+    assert main(["repro", "grpo_advantages", "--seed", "7", "--dtype", "float32"]) == 0
+    assert "status: pass" in capsys.readouterr().out
+    assert main(["repro", "token_logprobs", "--seed", "3", "--adapter", f"{EXAMPLES}:broken", "--kw", "temperature=0.5"]) == 1
+
+
+def test_pytest_plugin_runs_the_suite_against_an_adapter(tmp_path):
+    def run(*extra):
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-q", "-p", "no:cacheprovider",
+             "--rlspec-only", "adv.grpo", "--rlspec-only", "logprob.token", "--rlspec-n-seeds", "2", *extra],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+        )
+
+    good = run("--rlspec-adapter", "refimpl")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "2 passed" in good.stdout
+    bad = run("--rlspec-adapter", f"{EXAMPLES}:broken")
+    assert bad.returncode == 1
+    assert "1 failed, 1 passed" in bad.stdout
+    missing = run()
+    assert missing.returncode != 0 and "no adapter given" in (missing.stdout + missing.stderr)
