@@ -47,6 +47,9 @@ class Outcome:
         )
 
     def repro(self) -> str:
+        if self.case.seed is None:  # a hand-built case (a golden vector, a framework row's batch)
+            where = f" (case {self.case.note})" if self.case.note else ""
+            return f"rlspec check --adapter {self.adapter} --only {self.record.function}{where}"
         return (
             f"rlspec repro {self.record.function} --seed {self.case.seed} --dtype {self.dtype} "
             f"--adapter {self.adapter}"

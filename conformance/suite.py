@@ -186,7 +186,8 @@ def check_row(
         row.status = "fail"
         row.message = failing[0][1].report()
         return row
-    matched = fingerprint(record, adapter, [t for t in canonical if not t.metamorphic])
+    comparable = [t for t in canonical if not t.metamorphic]
+    matched = fingerprint(record, adapter, comparable)
     if matched is not None:
         names, kwargs = matched
         row.status = "preset"
@@ -194,6 +195,20 @@ def check_row(
         row.matched_kwargs = kwargs
         label = f"preset {row.matched_preset}" if names else "variant"
         row.message = f"matches {label} ({_fmt_kwargs(kwargs)}), not canonical"
+        return row
+    passed = {id(t) for t, o in outcomes if o.status == "pass"}
+    split = fingerprint_by_question(record, adapter, comparable, passed)
+    if split is not None:
+        key, found = split
+        names = sorted({n for ns, _ in found.values() for n in ns})
+        row.status = "preset"
+        row.matched_preset = ", ".join(names) if names else None
+        row.matched_kwargs = {f"{key}={value}": kw for value, (_, kw) in found.items()}
+        parts = [
+            f"{key}={value}: {('preset ' + ', '.join(ns)) if ns else 'variant'} ({_fmt_kwargs(kw)})"
+            for value, (ns, kw) in found.items()
+        ]
+        row.message = "matches " + "; ".join(parts) + f"; canonical for every other {key}"
         return row
     row.status = "fail"
     row.message = failing[0][1].report()
@@ -211,6 +226,32 @@ def fingerprint(record: QuantityInfo, adapter: Any, trials: list[_Trial]) -> tup
         if all(_passes(t, record, adapter, variant) for t in trials):
             names = [n for n, kw in record.presets.items() if kw == variant]
             return names, variant
+    return None
+
+
+def fingerprint_by_question(
+    record: QuantityInfo, adapter: Any, trials: list[_Trial], passed: set[int]
+) -> tuple[str, dict[str, tuple[list[str], dict[str, Any]]]] | None:
+    """When no single variant explains every trial, split the trials by the value of one question
+    keyword (e.g. `estimator`: verl clamps only its k3) and fingerprint each failing group alone;
+    groups whose trials all pass canonically need no variant."""
+    for key in record.question:
+        groups: dict[str, list[_Trial]] = {}
+        for t in trials:
+            groups.setdefault(repr(t.adapter_kwargs.get(key)), []).append(t)
+        if len(groups) < 2:
+            continue
+        found: dict[str, tuple[list[str], dict[str, Any]]] = {}
+        for value, members in groups.items():
+            if all(id(t) in passed for t in members):
+                continue
+            matched = fingerprint(record, adapter, members)
+            if matched is None:
+                break
+            found[value] = matched
+        else:
+            if found:
+                return key, found
     return None
 
 

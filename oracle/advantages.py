@@ -115,7 +115,9 @@ def grpo_advantages(rewards, group_size, *, scale="group", std_ddof=1, eps=1e-6,
         - an all-equal group gives A = 0 exactly (μ_g is taken as the common value, so no rounding
           residue of the summation reaches the division);
         - a zero denominator (eps = 0 and a zero std) gives A = 0, never NaN;
-        - G == 1: ``singleton="zero"`` (canonical) gives A = 0; ``singleton="raw"`` (verl) gives A = r.
+        - G == 1: ``singleton="zero"`` (canonical) gives A = 0; ``singleton="raw"`` (verl) replaces
+          the group's statistics by μ_g = 0 and σ_g = 1, so A = r/(1 + eps) ("group"),
+          r/(σ_batch + eps) ("batch"), r ("none").
     """
     fn = "grpo_advantages"
     r = check_sequence_array(fn, "rewards", rewards)
@@ -128,15 +130,25 @@ def grpo_advantages(rewards, group_size, *, scale="group", std_ddof=1, eps=1e-6,
     B = r.shape[0]
     A = np.zeros(B, dtype=np.float64)
 
-    if G == 1:
-        for i in range(B):
-            A[i] = r[i] if singleton == "raw" else 0.0
-        return A
-
     # σ_batch over all B rewards (used by scale="batch" only)
     all_rewards = [r[i] for i in range(B)]
     mu_batch = sum(all_rewards) / B if B > 0 else 0.0
     sigma_batch = std_with_ddof(all_rewards, mu_batch, std_ddof)
+
+    if G == 1:
+        for i in range(B):
+            if singleton == "zero":
+                A[i] = 0.0
+                continue
+            # verl: a size-1 group gets μ_g = 0 and σ_g = 1
+            mu_g, sigma_g = 0.0, 1.0
+            numerator = r[i] - mu_g
+            if scale == "none":
+                A[i] = numerator
+            else:
+                denominator = (sigma_g if scale == "group" else sigma_batch) + eps
+                A[i] = numerator / denominator if denominator > 0 else 0.0
+        return A
 
     for g in range(B // G):
         members = range(g * G, (g + 1) * G)

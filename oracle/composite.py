@@ -24,8 +24,10 @@ from oracle.validation import (
 __all__ = ["policy_loss", "policy_loss_grad"]
 
 
-def _inputs(fn, logp, old_logp, ref_logp, advantages, mask, kl_coef, kl_estimator, mode):
-    """Validate under the composite's own name (the pieces validate again)."""
+def _inputs(fn, logp, old_logp, ref_logp, advantages, mask, kl_coef, kl_estimator, mode, *, eps_low, eps_high,
+            dual_clip, norm_length, num_tokens, num_seqs):
+    """Validate every argument under the composite's own name (the pieces validate again), so an
+    error names `policy_loss`, not the piece that would have found it."""
     mask = check_mask(fn, mask)
     check_token_array(fn, "logp", logp, mask)
     check_token_array(fn, "old_logp", old_logp, mask)
@@ -34,6 +36,12 @@ def _inputs(fn, logp, old_logp, ref_logp, advantages, mask, kl_coef, kl_estimato
     check_real(fn, "kl_coef", kl_coef)
     check_choice(fn, "kl_estimator", kl_estimator, KL_ESTIMATORS)
     check_choice(fn, "mode", mode, AGGREGATION_MODES)
+    check_real(fn, "eps_low", eps_low, ge=0.0)
+    check_real(fn, "eps_high", eps_high, ge=0.0)
+    check_optional_real(fn, "dual_clip", dual_clip, gt=1.0)
+    check_optional_real(fn, "norm_length", norm_length, gt=0.0)
+    check_optional_real(fn, "num_tokens", num_tokens, ge=0.0)
+    check_optional_real(fn, "num_seqs", num_seqs, ge=0.0)
 
 
 def _token_loss(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, kl_coef, kl_estimator):
@@ -64,7 +72,9 @@ def policy_loss(logp, old_logp, ref_logp, advantages, mask, *, eps_low=0.2, eps_
         masked positions never read; the parts of a partition sum to the whole with global counts.
     """
     fn = "policy_loss"
-    _inputs(fn, logp, old_logp, ref_logp, advantages, mask, kl_coef, kl_estimator, mode)
+    _inputs(fn, logp, old_logp, ref_logp, advantages, mask, kl_coef, kl_estimator, mode, eps_low=eps_low,
+            eps_high=eps_high, dual_clip=dual_clip, norm_length=norm_length, num_tokens=num_tokens,
+            num_seqs=num_seqs)
     token_loss = _token_loss(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
                              kl_coef, kl_estimator)
     return aggregate(token_loss, mask, mode=mode, norm_length=norm_length, num_tokens=num_tokens,
@@ -82,8 +92,9 @@ def policy_loss_grad(logp, old_logp, ref_logp, advantages, mask, upstream, *, ep
         dL/dlogp  = ppo_token_loss_grad(…, g) + kl_coef · kl_penalty_grad(…, g)
     """
     fn = "policy_loss_grad"
-    _inputs(fn, logp, old_logp, ref_logp, advantages, mask, kl_coef, kl_estimator, mode)
-    check_optional_real(fn, "norm_length", norm_length, gt=0.0)
+    _inputs(fn, logp, old_logp, ref_logp, advantages, mask, kl_coef, kl_estimator, mode, eps_low=eps_low,
+            eps_high=eps_high, dual_clip=dual_clip, norm_length=norm_length, num_tokens=num_tokens,
+            num_seqs=num_seqs)
     u = check_real(fn, "upstream", upstream)
     token_loss = _token_loss(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
                              kl_coef, kl_estimator)

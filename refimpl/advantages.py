@@ -93,10 +93,16 @@ def grpo_advantages(
     std_ddof = check_int(fn, "std_ddof", std_ddof, ge=0)
     eps = check_real(fn, "eps", eps, ge=0.0)
     singleton = check_choice(fn, "singleton", singleton, ("zero", "raw"))
-    if G == 1:
-        return r.clone() if singleton == "raw" else torch.zeros_like(r)
     _, cdt = compute_dtypes(r)
     x = r.to(cdt)
+    if G == 1:  # "raw" (verl): the singleton group's statistics are mean 0 and std 1
+        if singleton == "zero" or scale == "none":
+            return torch.zeros_like(r) if singleton == "zero" else r.clone()
+        if scale == "group":
+            return (x / (1.0 + eps)).to(r.dtype)
+        batch_shifted = x - x[:1]
+        sigma = _safe_sqrt(_var(batch_shifted - batch_shifted.mean(), x.numel(), std_ddof))
+        return _safe_divide(x, sigma + eps).to(r.dtype)
     grouped = x.view(-1, G)
     shifted = grouped - grouped[:, :1].detach()
     centered = shifted - shifted.mean(dim=1, keepdim=True)  # r − μ_g, exactly 0 for an all-equal group

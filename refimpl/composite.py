@@ -7,7 +7,8 @@ import torch
 from refimpl.aggregation import AGGREGATION_MODES, aggregate
 from refimpl.kl import KL_ESTIMATORS, kl_penalty
 from refimpl.losses import ppo_token_loss
-from refimpl.validation import check_choice, check_mask, check_real, check_token_array
+from refimpl.masking import masked
+from refimpl.validation import check_choice, check_finite, check_mask, check_real, check_token_array, errors_as
 
 __all__ = ["policy_loss"]
 
@@ -42,8 +43,11 @@ def policy_loss(
         logp, old_logp, ref_logp = logp.float(), old_logp.float(), ref_logp.float()
         if isinstance(advantages, torch.Tensor) and advantages.dtype in (torch.float16, torch.bfloat16):
             advantages = advantages.float()
-    token_loss = ppo_token_loss(logp, old_logp, advantages, m, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip)
-    if kl_coef != 0.0:
-        token_loss = token_loss + kl_coef * kl_penalty(logp, ref_logp, m, estimator=kl_estimator)
-    loss = aggregate(token_loss, m, mode=mode, norm_length=norm_length, num_tokens=num_tokens, num_seqs=num_seqs)
+    with errors_as(fn):  # the pieces validate the rest; their errors name policy_loss
+        token_loss = ppo_token_loss(logp, old_logp, advantages, m, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip)
+        if kl_coef != 0.0:
+            token_loss = token_loss + kl_coef * kl_penalty(logp, ref_logp, m, estimator=kl_estimator)
+        else:  # ref_logp is not read, but a NaN at a valid position is still an error (api.md)
+            check_finite(fn, ("ref_logp", ref_logp, m, masked(ref_logp.detach(), m, ref_logp.dtype)))
+        loss = aggregate(token_loss, m, mode=mode, norm_length=norm_length, num_tokens=num_tokens, num_seqs=num_seqs)
     return loss.to(out_dtype)

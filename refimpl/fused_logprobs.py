@@ -217,9 +217,8 @@ def _upstream(grad: torch.Tensor, out_pos: torch.Tensor, dtype: torch.dtype) -> 
     return grad.reshape(-1).index_select(0, out_pos).to(dtype)
 
 
-def _tile_sizes(
-    fn: str, n_tok: int, V: int, entropy: bool, chunk_size: object, vocab_chunk_size: object
-) -> tuple[int, int]:
+def _tile_sizes(fn: str, V: int, entropy: bool, chunk_size: object, vocab_chunk_size: object) -> tuple[int, int]:
+    """(tokens per chunk, vocabulary entries per tile): as given, or sized to the tile budget."""
     vchunk = min(V, _MAX_VOCAB_TILE) if vocab_chunk_size is None else check_int(fn, "vocab_chunk_size", vocab_chunk_size, ge=1)
     if chunk_size is not None:
         return check_int(fn, "chunk_size", chunk_size, ge=1), vchunk
@@ -247,7 +246,7 @@ def _run(
     if want_lp:
         ids = check_token_ids(fn, input_ids, m, w.shape[0])
         targets = ids.reshape(-1).index_select(0, out_pos).long()
-    chunk, vchunk = _tile_sizes(fn, pred_rows.numel(), w.shape[0], want_entropy, chunk_size, vocab_chunk_size)
+    chunk, vchunk = _tile_sizes(fn, w.shape[0], want_entropy, chunk_size, vocab_chunk_size)
     return _HiddenSoftmax.apply(h, w, out_pos, pred_rows, targets, 1.0 / tau, want_entropy, chunk, vchunk)
 
 

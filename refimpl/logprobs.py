@@ -169,9 +169,11 @@ class _LogitsSoftmax(torch.autograd.Function):
         inv_tau, chunk = ctx.inv_tau, ctx.chunk
         B, T, V = logits.shape
         _, cdt = compute_dtypes(logits)
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None, None, None, None, None
         grad = torch.zeros_like(logits, memory_format=torch.contiguous_format)
         n_tok = pred_rows.numel()
-        if not ctx.needs_input_grad[0] or n_tok == 0:
+        if n_tok == 0:
             return grad, None, None, None, None, None, None, None
         g_lp = _upstream(grad_lp, out_pos, cdt, inv_tau) if targets is not None else None
         g_h = _upstream(grad_ent, out_pos, cdt, inv_tau) if ent is not None else None

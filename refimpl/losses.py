@@ -26,12 +26,14 @@ from refimpl.validation import (
 __all__ = ["pg_token_loss", "ppo_token_loss", "gspo_token_loss", "cispo_token_loss", "value_token_loss"]
 
 
-def _policy_inputs(fn: str, logp: object, old_logp: object | None, advantages: object, mask: object):
-    """Validated (mask, output dtype, masked logp, masked old_logp or None, masked [B, T] advantages)."""
+def _policy_inputs(fn: str, logp: object, old_logp: object | None, advantages: object, mask: object, *, with_old: bool = True):
+    """Validated (mask, output dtype, masked logp, masked old_logp or None, masked [B, T] advantages).
+    `with_old=False` (pg_token_loss): no old_logp argument; otherwise old_logp is required (None is a
+    TypeError naming it, not a crash in the arithmetic)."""
     m = check_mask(fn, mask)
     logp = check_token_array(fn, "logp", logp, m)
     tensors = [logp]
-    if old_logp is not None:
+    if with_old:
         old_logp = check_token_array(fn, "old_logp", old_logp, m)
         tensors.append(old_logp)
     adv = check_advantages(fn, advantages, m)
@@ -57,7 +59,7 @@ def _clipped_surrogate(ratio: torch.Tensor, A: torch.Tensor, eps_low: float, eps
 
 def pg_token_loss(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Spec: loss.pg. L = −A·logp at valid tokens."""
-    m, out_dtype, lp, _, A = _policy_inputs("pg_token_loss", logp, None, advantages, mask)
+    m, out_dtype, lp, _, A = _policy_inputs("pg_token_loss", logp, None, advantages, mask, with_old=False)
     return masked_output(-A * lp, m, out_dtype)
 
 

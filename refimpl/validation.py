@@ -19,8 +19,10 @@ to the exact element test). Masked positions are read only to be skipped: NaN, i
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
+from collections.abc import Iterator
 
 import torch
 
@@ -44,6 +46,7 @@ __all__ = [
     "check_group_size",
     "check_same_device",
     "compute_dtypes",
+    "errors_as",
 ]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -335,3 +338,17 @@ def check_group_size(fn: str, group_size: object, batch: int) -> int:
     if batch % G != 0:
         raise ValueError(f"{fn}: group_size: expected a divisor of B={batch} (contiguous groups of G rows), got {G}")
     return G
+
+
+@contextlib.contextmanager
+def errors_as(fn: str) -> Iterator[None]:
+    """Inside a composite (``policy_loss``): a ``TypeError`` / ``ValueError`` raised by a piece it
+    delegates to, ``<piece>: <argument>: ...``, is re-raised as ``<fn>: <argument>: ...`` (same type),
+    so the message names the function the caller called. Other errors pass unchanged."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        piece, sep, rest = str(exc).partition(": ")
+        if not sep or piece == fn or not piece.isidentifier():
+            raise
+        raise type(exc)(f"{fn}: {rest}") from exc

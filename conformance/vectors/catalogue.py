@@ -423,9 +423,9 @@ add("grpo_advantages/singleton-zero",
     _grpo([1.0, -0.5, 3.0], 1),
     expect=f64([0.0, 0.0, 0.0]))
 add("grpo_advantages/singleton-raw",
-    "G = 1 with singleton 'raw' (verl): the advantage is the raw reward",
+    "G = 1 with singleton 'raw' (verl): mean 0 and std 1, so A = r / (1 + eps)",
     _grpo([1.0, -0.5, 3.0], 1, singleton="raw"),
-    expect=f64([1.0, -0.5, 3.0]))
+    expect=f64([1.0, -0.5, 3.0]) / (1 + 1e-6))
 add("grpo_advantages/singleton-raw-ignored-for-g2",
     "singleton 'raw' changes nothing when G > 1",
     _grpo([1.0, 0.0, 0.0, 1.0], 2, singleton="raw"),

@@ -16,7 +16,8 @@ import oracle
 from conformance import SPEC_VERSION, cli
 from conformance.adapters.builtin import oracle_adapter, refimpl_adapter
 from conformance.registry import REGISTRY
-from conformance.vectors import V1_ROOT, generate, golden, hand
+from conformance.vectors import V1_ROOT, generate, golden
+from tests.conformance import hand_formulas as hand
 from conformance.vectors.catalogue import CATALOGUE
 
 VECTORS = golden.load_vectors(V1_ROOT)  # verifies the manifest first

@@ -63,8 +63,14 @@ def test_grpo_singleton_rule():
     r = np.array([0.3, -2.0, 5.0])
     assert np.all(oracle.grpo_advantages(r, 1) == 0.0)
     for scale in ("group", "batch", "none"):
-        assert np.array_equal(oracle.grpo_advantages(r, 1, scale=scale, singleton="raw"), r)
         assert np.all(oracle.grpo_advantages(r, 1, scale=scale, eps=0.0) == 0.0)
+    # "raw" (verl core_algos.py:315-317): a singleton's mean is 0 and its std 1
+    assert np.array_equal(oracle.grpo_advantages(r, 1, scale="none", singleton="raw"), r)
+    assert np.allclose(oracle.grpo_advantages(r, 1, singleton="raw", eps=1e-6), r / (1 + 1e-6), rtol=1e-15)
+    assert np.array_equal(oracle.grpo_advantages(r, 1, singleton="raw", eps=0.0), r)
+    # batch std of [0.3, -2, 5] (ddof 1): mean 1.1, squares .64 + 9.61 + 15.21 = 25.46, /2 -> sqrt(12.73)
+    sigma_batch = np.sqrt(12.73)
+    assert np.allclose(oracle.grpo_advantages(r, 1, scale="batch", singleton="raw", eps=0.0), r / sigma_batch, rtol=1e-12)
 
 
 def test_grpo_ddof_beyond_group_size_gives_zero_std():

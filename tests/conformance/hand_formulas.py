@@ -95,8 +95,13 @@ def grpo_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, 
     r = a["rewards"]
     scale, ddof = kw.get("scale", "group"), kw.get("std_ddof", 1)
     eps, singleton = kw.get("eps", 1e-6), kw.get("singleton", "zero")
-    if G == 1:
-        return (r.copy() if singleton == "raw" else np.zeros_like(r),)
+    if G == 1:  # "raw" (verl): mean 0, std 1 for a size-1 group
+        if singleton == "zero":
+            return (np.zeros_like(r),)
+        if scale == "none":
+            return (r.copy(),)
+        den = 1.0 + eps if scale == "group" else _std(r, ddof) + eps
+        return (r / den if den > 0 else np.zeros_like(r),)
     g = r.reshape(-1, G)
     num = g - g.mean(axis=1, keepdims=True)
     if scale == "none":

@@ -1,0 +1,171 @@
+"""The public surface of `oracle` and `refimpl`, found by introspection, and a *valid* base call of
+every public function, built from one integer seed.
+
+Used by the bad-input fuzzer (`test_bad_inputs.py`: every mutation starts from a base call that
+passes) and the numerical-extremes tests. Coverage is automatic: a callable newly added to a
+package's `__all__` has no base call until one is written here, and `base_call` then raises
+`LookupError("no base call for ...")`, which fails the fuzzer's coverage test.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+import oracle
+import refimpl
+from conformance import cases
+from conformance.registry import BY_FUNCTION
+
+LIBS = {"oracle": oracle, "refimpl": refimpl}
+
+# Public callables that are not checked here, with the reason. Data (`PRESETS`, `KL_ESTIMATORS`,
+# `AGGREGATION_MODES`) is not callable and is never listed. Nothing is excluded today: every public
+# callable of both packages validates its inputs.
+EXCLUDED: dict[tuple[str, str], str] = {}
+
+REFIMPL_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+
+def public_functions(lib: str) -> list[str]:
+    """Every callable of `<lib>.__all__` (classes and data excluded), minus `EXCLUDED`."""
+    module = LIBS[lib]
+    names = []
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if callable(obj) and not isinstance(obj, type) and (lib, name) not in EXCLUDED:
+            names.append(name)
+    return names
+
+
+def surface() -> list[tuple[str, str]]:
+    return [(lib, name) for lib in LIBS for name in public_functions(lib)]
+
+
+@dataclass
+class Call:
+    """One call of a public function: positional arguments in order, keywords, and the bool mask
+    (NumPy, for choosing valid positions) when the function has one."""
+
+    lib: str
+    function: str
+    args: dict[str, Any]
+    kwargs: dict[str, Any]
+    mask: np.ndarray | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fn(self) -> Callable[..., Any]:
+        return getattr(LIBS[self.lib], self.function)
+
+    def invoke(self) -> Any:
+        return self.fn(*self.args.values(), **self.kwargs)
+
+    def with_value(self, name: str, value: Any) -> Call:
+        """The same call with argument `name` (positional or keyword) replaced."""
+        args, kwargs = dict(self.args), dict(self.kwargs)
+        if name in args:
+            args[name] = value
+        else:
+            kwargs[name] = value
+        return Call(self.lib, self.function, args, kwargs, self.mask, dict(self.meta))
+
+    def value(self, name: str) -> Any:
+        return self.args[name] if name in self.args else self.kwargs.get(name)
+
+    def keyword_names(self) -> list[str]:
+        return [
+            p.name for p in inspect.signature(self.fn).parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY
+        ]
+
+
+# ----------------------------------------------------------------------------------------------
+# base calls
+# ----------------------------------------------------------------------------------------------
+
+
+def _ensure_valid_position(args: dict[str, Any]) -> None:
+    """The generators may draw a batch with no valid token; the fuzzer needs one (NaN at a valid
+    position must be findable). mask[0, -1] is a completion token whose id is already in range."""
+    mask = args.get("mask")
+    if isinstance(mask, np.ndarray) and mask.size and not mask.any():
+        mask[0, -1] = True
+
+
+def _from_registry(function: str, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    case = cases.make_case(function, seed)
+    args = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in case.args.items()}
+    _ensure_valid_position(args)
+    return args, dict(case.kwargs)
+
+
+def _global_counts(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    args, _ = _from_registry("whiten", seed)
+    return {"mask": args["mask"]}, {}
+
+
+# Functions outside the registry (no spec id of their own): how to build a valid call.
+EXTRA_BASE: dict[str, Callable[[int], tuple[dict[str, Any], dict[str, Any]]]] = {
+    "token_logprobs_and_entropy_from_hidden": lambda seed: _from_registry("token_logprobs_from_hidden", seed),
+    "global_counts": _global_counts,
+}
+
+
+def spec_function(name: str) -> str:
+    return name[: -len("_grad")] if name.endswith("_grad") else name
+
+
+def _numpy_base(name: str, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    if name in EXTRA_BASE:
+        return EXTRA_BASE[name](seed)
+    base = spec_function(name)
+    if base not in BY_FUNCTION or (base != name and not BY_FUNCTION[base].grad_args):
+        raise LookupError(f"no base call for {name}: add a registry record or an EXTRA_BASE builder")
+    args, kwargs = _from_registry(base, seed)
+    if base != name:  # `<name>_grad(<args>, upstream, **kwargs)`: upstream has the output's shape
+        out = getattr(oracle, base)(*args.values(), **kwargs)
+        first = out[0] if isinstance(out, tuple) else out
+        rng = np.random.default_rng(seed + 1)
+        if np.ndim(first) == 0:
+            args["upstream"] = float(rng.normal())
+        else:
+            args["upstream"] = rng.normal(size=np.shape(first))
+    return args, kwargs
+
+
+def to_torch(value: Any, dtype: torch.dtype) -> Any:
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f":
+            return torch.tensor(value, dtype=dtype)
+        return torch.from_numpy(value.copy())
+    return value
+
+
+def base_call(lib: str, name: str, seed: int) -> Call:
+    """A valid call of `<lib>.<name>` (NumPy float64 arrays for the oracle; torch tensors of float32
+    or float64, chosen by the seed, for the refimpl)."""
+    args, kwargs = _numpy_base(name, seed)
+    mask = args.get("mask")
+    mask = mask.copy() if isinstance(mask, np.ndarray) else None
+    call = Call(lib, name, args, kwargs, mask)
+    if lib == "refimpl":
+        dtype = REFIMPL_DTYPES[seed % len(REFIMPL_DTYPES)]
+        call.args = {k: to_torch(v, dtype) for k, v in args.items()}
+        call.meta["dtype"] = dtype
+    return call
+
+
+def outputs(result: Any) -> tuple[Any, ...]:
+    """A result as a tuple of NumPy arrays (float64 for floats)."""
+    items = result if isinstance(result, tuple) else (result,)
+    out = []
+    for item in items:
+        if isinstance(item, torch.Tensor):
+            item = item.detach().to(torch.float64).numpy() if item.is_floating_point() else item.numpy()
+        out.append(np.asarray(item))
+    return tuple(out)

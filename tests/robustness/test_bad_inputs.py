@@ -1,0 +1,395 @@
+"""Bad-input fuzzing of the whole public surface of `oracle` and `refimpl` (spec v1, api.md "Errors").
+
+The surface is found by introspection (`surface.public_functions`: every callable of `__all__`), so
+a new public function is covered automatically: it fails `test_every_public_function_is_covered`
+until it has a base call (`surface.EXTRA_BASE` or a registry record), a role for each positional
+argument (`ROLES`) and a rule for each keyword (`KEYWORDS`).
+
+Each *mutation* breaks one argument of a valid base call in one way and states the exception the
+spec requires (`TypeError` for a wrong dtype or Python type, `ValueError` for everything else); the
+message must start with `<function>: <argument>:`. A mutation applies to an argument by its role
+(the catalogue below), so mutations that cannot apply are never generated. Mutations:
+
+- wrong ranks (+1, -1, 0-d), mismatched batch or length dims, empty vocabulary, wrong hidden size;
+- wrong dtypes (int / bool / complex floats, float or bool token ids, complex masks, int logits),
+  wrong Python types (str, None, a NumPy array where a tensor is required, a ragged list);
+- masks: float values other than 0/1, NaN in a float mask, 2 in an int mask, `mask[:, 0]` set;
+- NaN / +inf / -inf at a valid position (at the row t-1 that predicts a valid t for logits and
+  hidden states), token ids out of [0, V) at a valid position;
+- group sizes 0, negative, not dividing B, float, bool, str; negative eps / eps_low / eps_high,
+  temperature <= 0, dual_clip <= 1, clip <= 0, gamma or lam outside [0, 1], negative ddof,
+  norm_length <= 0, negative global counts, chunk sizes < 1, NaN/inf/str/bool for every number;
+- unknown mode / estimator / baseline / scale / form / bound / singleton names, or non-str names;
+- an unknown keyword.
+
+`test_every_bad_input_raises_the_documented_error` runs every (lib, function, argument, mutation)
+case once; `test_bad_inputs_on_random_base_calls` draws (case, seed) with hypothesis so the same
+mutations meet other shapes, dtypes and keyword settings. `N_CASES` is their number.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.robustness.surface import Call, base_call, outputs, public_functions, surface
+
+# ----------------------------------------------------------------------------------------------
+# roles of the positional arguments (by spec name) and kinds of the keywords
+# ----------------------------------------------------------------------------------------------
+
+ROLES: dict[str, str] = {
+    "mask": "mask",
+    "input_ids": "ids",
+    "logits": "logits",
+    "hidden": "hidden",
+    "weight": "weight",
+    "rewards": "seq",
+    "scores": "seq",
+    "advantages": "adv",
+    "group_size": "group",
+    **{n: "token" for n in ("logp", "old_logp", "ref_logp", "values", "old_values", "returns",
+                            "token_rewards", "x", "token_loss")},
+    # "upstream" is "token" for a [B, T] output and "scalar" for a scalar one (decided per call)
+}
+
+CHOICES = ("estimator", "kl_estimator", "mode", "baseline", "scale", "singleton", "form", "bound")
+REALS = ("temperature", "eps", "eps_low", "eps_high", "dual_clip", "clip", "log_ratio_clamp", "clamp",
+         "gamma", "lam", "norm_length", "num_tokens", "num_seqs", "kl_coef")
+INTS = ("std_ddof", "chunk_size", "vocab_chunk_size")
+BOOLS = ("shift_mean",)
+
+# Out-of-range values per keyword (each a ValueError), on top of the generic NaN / inf / str / bool.
+KEYWORD_VALUES: dict[str, tuple[Any, ...]] = {
+    "temperature": (0.0, -1.0),
+    "eps": (-1e-6,),
+    "eps_low": (-0.1,),
+    "eps_high": (-0.1,),
+    "dual_clip": (1.0, 0.5),
+    "clip": (0.0, -0.5),
+    "log_ratio_clamp": (0.0, -1.0),
+    "clamp": (0.0, -1.0),
+    "gamma": (1.5, -0.1),
+    "lam": (1.5, -0.1),
+    "norm_length": (0.0, -4.0),
+    "num_tokens": (-1.0,),
+    "num_seqs": (-1.0,),
+    "kl_coef": (),
+    "std_ddof": (-1,),
+    "chunk_size": (0, -1),
+    "vocab_chunk_size": (0, -1),
+}
+KEYWORDS = set(CHOICES) | set(REALS) | set(INTS) | set(BOOLS)
+
+
+def role(call: Call, name: str) -> str | None:
+    if name == "upstream":
+        return "scalar" if isinstance(call.value(name), float) else "token"
+    return ROLES.get(name)
+
+
+# ----------------------------------------------------------------------------------------------
+# array helpers that work on NumPy arrays and torch tensors alike
+# ----------------------------------------------------------------------------------------------
+
+
+def _torch(x: Any) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def _clone(x: Any) -> Any:
+    return x.clone() if _torch(x) else np.array(x, copy=True)
+
+
+def _cast(x: Any, kind: str) -> Any:
+    if _torch(x):
+        return x.to({"int": torch.int64, "bool": torch.bool, "complex": torch.complex64, "float": torch.float32}[kind])
+    return x.astype({"int": np.int64, "bool": np.bool_, "complex": np.complex128, "float": np.float64}[kind])
+
+
+def _cat(a: Any, b: Any, axis: int) -> Any:
+    return torch.cat([a, b], dim=axis) if _torch(a) else np.concatenate([a, b], axis=axis)
+
+
+def _drop(x: Any, axis: int) -> Any:
+    """One fewer element along `axis` (one more when there is only one)."""
+    n = x.shape[axis]
+    index = [slice(None)] * x.ndim
+    if n >= 2:
+        index[axis] = slice(0, n - 1)
+        return x[tuple(index)]
+    index[axis] = slice(0, 1)
+    return _cat(x, x[tuple(index)], axis)
+
+
+def _first_valid(call: Call) -> tuple[int, int]:
+    b, t = np.argwhere(call.mask)[0]
+    return int(b), int(t)
+
+
+def _set(x: Any, index: tuple[int, ...], value: float) -> Any:
+    y = _clone(x)
+    y[index] = value
+    return y
+
+
+def _read_index(call: Call, name: str) -> tuple[int, ...]:
+    """An element of argument `name` that the spec says is read (so must be finite)."""
+    x = call.value(name)
+    r = role(call, name)
+    if r in ("seq",) or (r == "adv" and x.ndim == 1):
+        return (0,)
+    if r == "weight":
+        return (0, 0)
+    b, t = _first_valid(call)
+    if r in ("logits", "hidden"):
+        return (b, t - 1, 0)
+    return (b, t)
+
+
+def _vocab(call: Call) -> int:
+    if "logits" in call.args:
+        return int(call.args["logits"].shape[-1])
+    return int(call.args["weight"].shape[0])
+
+
+def _mask_with(call: Call, kind: str, value: float) -> Any:
+    m = _cast(call.args["mask"], kind)
+    return _set(m, _first_valid(call), value)
+
+
+def _ragged(x: Any) -> list:
+    rows = np.asarray(x).tolist()
+    if not isinstance(rows, list) or not rows:
+        return [[0.0], [0.0, 1.0]]
+    return [rows[0], rows[0] + rows[0]] if isinstance(rows[0], list) else [[rows[0]], [rows[0], rows[0]]]
+
+
+# ----------------------------------------------------------------------------------------------
+# the catalogue
+# ----------------------------------------------------------------------------------------------
+
+FLOAT_ROLES = frozenset({"token", "adv", "seq", "logits", "hidden", "weight"})
+ARRAY_ROLES = FLOAT_ROLES | {"mask", "ids"}
+BATCHED = frozenset({"token", "adv", "seq", "logits", "hidden", "ids"})  # share B with the mask
+TIMED = frozenset({"token", "logits", "hidden", "ids"})  # share T with the mask
+BOTH = ("oracle", "refimpl")
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    roles: frozenset[str]
+    expected: type[Exception]
+    make: Callable[[Call, str], Any]  # the bad value of the argument
+    libs: tuple[str, ...] = BOTH
+    needs_mask: bool = False  # only for functions that take a mask (a dim to mismatch)
+
+
+def _m(name, roles, expected, make, libs=BOTH, needs_mask=False) -> Mutation:
+    return Mutation(name, frozenset(roles), expected, make, libs, needs_mask)
+
+
+ARRAY_MUTATIONS: list[Mutation] = [
+    # dtypes and Python types
+    _m("int dtype", FLOAT_ROLES, TypeError, lambda c, n: _cast(c.value(n), "int")),
+    _m("bool dtype", FLOAT_ROLES | {"ids"}, TypeError, lambda c, n: _cast(c.value(n), "bool")),
+    _m("complex dtype", FLOAT_ROLES | {"mask", "ids"}, TypeError, lambda c, n: _cast(c.value(n), "complex")),
+    _m("float dtype", {"ids"}, TypeError, lambda c, n: _cast(c.value(n), "float")),
+    _m("a str", ARRAY_ROLES, TypeError, lambda c, n: "not an array"),
+    _m("None", ARRAY_ROLES, TypeError, lambda c, n: None),
+    _m("a NumPy array for a tensor", ARRAY_ROLES, TypeError, lambda c, n: c.value(n).numpy(), libs=("refimpl",)),
+    _m("a nested list for a tensor", ARRAY_ROLES, TypeError, lambda c, n: c.value(n).tolist(), libs=("refimpl",)),
+    _m("a ragged nested list", ARRAY_ROLES, ValueError, lambda c, n: _ragged(c.value(n)), libs=("oracle",)),
+    # ranks and shapes
+    _m("rank + 1", ARRAY_ROLES, ValueError, lambda c, n: c.value(n)[..., None]),
+    _m("rank - 1", ARRAY_ROLES - {"adv", "seq"}, ValueError, lambda c, n: c.value(n)[..., 0]),
+    _m("0-d", ARRAY_ROLES, ValueError, lambda c, n: c.value(n).reshape(-1)[0:1].reshape(())),
+    _m("batch mismatch", BATCHED, ValueError, lambda c, n: _drop(c.value(n), 0), needs_mask=True),
+    _m("length mismatch", TIMED, ValueError, lambda c, n: _drop(c.value(n), 1), needs_mask=True),
+    _m("length mismatch ([B, T] advantages)", {"adv"}, ValueError,
+       lambda c, n: _drop(c.value(n)[:, None].expand(-1, c.mask.shape[1]) if _torch(c.value(n)) and c.value(n).ndim == 1
+                          else (np.repeat(c.value(n)[:, None], c.mask.shape[1], 1) if c.value(n).ndim == 1 else c.value(n)), 1),
+       needs_mask=True),
+    _m("empty vocabulary", {"logits"}, ValueError, lambda c, n: c.value(n)[..., :0]),
+    _m("empty vocabulary", {"weight"}, ValueError, lambda c, n: c.value(n)[:0]),
+    _m("hidden size mismatch", {"weight"}, ValueError, lambda c, n: _drop(c.value(n), 1)),
+    _m("dtype differs from hidden", {"weight"}, TypeError,
+       lambda c, n: c.value(n).to(torch.float16 if c.value(n).dtype != torch.float16 else torch.float32),
+       libs=("refimpl",)),
+    # values at read positions
+    _m("NaN at a valid position", FLOAT_ROLES, ValueError, lambda c, n: _set(c.value(n), _read_index(c, n), float("nan"))),
+    _m("+inf at a valid position", FLOAT_ROLES, ValueError, lambda c, n: _set(c.value(n), _read_index(c, n), float("inf"))),
+    _m("-inf at a valid position", FLOAT_ROLES, ValueError, lambda c, n: _set(c.value(n), _read_index(c, n), float("-inf"))),
+    _m("id = V at a valid position", {"ids"}, ValueError, lambda c, n: _set(c.value(n), _first_valid(c), _vocab(c))),
+    _m("id = -1 at a valid position", {"ids"}, ValueError, lambda c, n: _set(c.value(n), _first_valid(c), -1)),
+    # masks
+    _m("float mask with 0.5", {"mask"}, ValueError, lambda c, n: _mask_with(c, "float", 0.5)),
+    _m("float mask with NaN", {"mask"}, ValueError, lambda c, n: _mask_with(c, "float", float("nan"))),
+    _m("int mask with 2", {"mask"}, ValueError, lambda c, n: _mask_with(c, "int", 2)),
+    _m("int mask with -1", {"mask"}, ValueError, lambda c, n: _mask_with(c, "int", -1)),
+    _m("mask[:, 0] set", {"mask"}, ValueError, lambda c, n: _set(c.value(n), (0, 0), True)),
+    _m("mask[:, 0] set (float mask)", {"mask"}, ValueError, lambda c, n: _set(_cast(c.value(n), "float"), (0, 0), 1.0)),
+]
+
+SCALAR_UPSTREAM: list[tuple[str, Any, type[Exception]]] = [
+    ("NaN", float("nan"), ValueError),
+    ("+inf", float("inf"), ValueError),
+    ("a str", "1.0", TypeError),
+    ("None", None, TypeError),
+    ("an array", np.ones((2, 2)), TypeError),
+]
+
+
+def _group_mutations(call: Call) -> list[tuple[str, Any, type[Exception]]]:
+    B = call.args["rewards"].shape[0]
+    return [
+        ("0", 0, ValueError),
+        ("negative", -2, ValueError),
+        ("not dividing B", B + 1, ValueError),
+        ("a float", 2.0, TypeError),
+        ("a bool", True, TypeError),
+        ("a str", "2", TypeError),
+        ("None", None, TypeError),
+    ]
+
+
+def _keyword_mutations(name: str) -> list[tuple[str, Any, type[Exception]]]:
+    if name in CHOICES:
+        return [("unknown name", "no_such_name", ValueError), ("an int", 3, TypeError), ("None", None, TypeError)]
+    if name in BOOLS:
+        return [("a str", "yes", TypeError), ("an int", 1, TypeError)]
+    out: list[tuple[str, Any, type[Exception]]] = [(f"{v!r}", v, ValueError) for v in KEYWORD_VALUES[name]]
+    if name in REALS:
+        out += [("NaN", float("nan"), ValueError), ("+inf", float("inf"), ValueError), ("-inf", float("-inf"), ValueError)]
+    else:
+        out += [("a float", 1.5, TypeError)]
+    return out + [("a str", "0.5", TypeError), ("a bool", True, TypeError), ("a list", [1.0], TypeError)]
+
+
+@dataclass(frozen=True)
+class BadCase:
+    lib: str
+    function: str
+    argument: str
+    mutation: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.lib}.{self.function}:{self.argument}:{self.mutation}"
+
+
+def mutations_for(call: Call) -> list[tuple[BadCase, Callable[[Call], Any], type[Exception]]]:
+    """Every (case, make bad value, expected exception) that applies to `call`'s function."""
+    out: list[tuple[BadCase, Callable[[Call], Any], type[Exception]]] = []
+
+    def add(arg: str, label: str, make: Callable[[Call], Any], expected: type[Exception]) -> None:
+        out.append((BadCase(call.lib, call.function, arg, label), make, expected))
+
+    has_mask = call.mask is not None
+    for name in call.args:
+        r = role(call, name)
+        if r is None:
+            raise LookupError(f"no role for argument {name!r} of {call.lib}.{call.function}: add it to ROLES")
+        if r == "group":
+            for label, value, exc in _group_mutations(call):
+                add(name, f"group_size {label}", lambda c, v=value: v, exc)
+        elif r == "scalar":
+            for label, value, exc in SCALAR_UPSTREAM:
+                add(name, label, lambda c, v=value: v, exc)
+        else:
+            for m in ARRAY_MUTATIONS:
+                if r in m.roles and call.lib in m.libs and (has_mask or not m.needs_mask):
+                    add(name, m.name, lambda c, m=m, n=name: m.make(c, n), m.expected)
+    for name in call.keyword_names():
+        if name not in KEYWORDS:
+            raise LookupError(f"no rule for keyword {name!r} of {call.lib}.{call.function}: add it to KEYWORDS")
+        for label, value, exc in _keyword_mutations(name):
+            add(name, label, lambda c, v=value: v, exc)
+    add("not_a_spec_keyword", "unknown keyword", lambda c: 1, TypeError)
+    return out
+
+
+def all_cases(seed: int = 0) -> list[tuple[BadCase, Call, Callable[[Call], Any], type[Exception]]]:
+    result = []
+    for lib, name in surface():
+        call = base_call(lib, name, seed)
+        for case, make, exc in mutations_for(call):
+            result.append((case, call, make, exc))
+    return result
+
+
+CASES = all_cases(0)
+N_CASES = len({c.id for c, *_ in CASES})  # distinct (lib, function, argument, mutation) cases
+
+
+def check(case: BadCase, call: Call, make: Callable[[Call], Any], expected: type[Exception]) -> str | None:
+    """None when the mutated call raises `expected` with a message naming the argument, else why not."""
+    bad = call.with_value(case.argument, make(call))
+    if case.argument == "not_a_spec_keyword":
+        pattern = re.escape(case.argument)
+    else:
+        pattern = rf"^{re.escape(case.function)}: {re.escape(case.argument)}:"
+    try:
+        result = bad.invoke()
+    except expected as exc:
+        if not re.search(pattern, str(exc)):
+            return f"{case.id}: {type(exc).__name__} with a message that does not start with the argument: {exc}"
+        return None
+    except Exception as exc:  # noqa: BLE001 - the wrong exception type is the finding
+        return f"{case.id}: expected {expected.__name__}, got {type(exc).__name__}: {exc}"
+    finite = all(np.all(np.isfinite(o)) for o in outputs(result) if o.dtype.kind == "f")
+    return f"{case.id}: accepted silently (expected {expected.__name__}); outputs {'finite' if finite else 'NOT finite'}"
+
+
+# ----------------------------------------------------------------------------------------------
+# tests
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lib,name", surface(), ids=[f"{lib}.{name}" for lib, name in surface()])
+def test_every_public_function_is_covered(lib, name):
+    """A base call exists and passes, every argument has a role and every keyword a rule."""
+    for seed in range(4):
+        call = base_call(lib, name, seed)
+        for o in outputs(call.invoke()):
+            assert o.dtype.kind != "f" or np.all(np.isfinite(o)), f"{lib}.{name} base call (seed {seed}) is not finite"
+        assert mutations_for(call)
+
+
+def test_surface_is_complete():
+    assert set(public_functions("oracle")) >= {
+        "token_logprobs", "token_logprobs_grad", "grpo_advantages", "aggregate", "aggregate_grad", "policy_loss_grad",
+    }
+    assert set(public_functions("refimpl")) >= {"token_logprobs", "global_counts", "policy_loss"}
+    assert N_CASES >= 1500, N_CASES
+
+
+def test_every_bad_input_raises_the_documented_error(record_property):
+    record_property("bad_input_cases", N_CASES)
+    print(f"\n{N_CASES} distinct (lib, function, argument, mutation) bad-input cases")
+    problems = [p for p in (check(*c) for c in CASES) if p is not None]
+    assert not problems, f"{len(problems)} of {len(CASES)} bad inputs not rejected as documented:\n" + "\n".join(problems)
+
+
+INDEX = {(lib, name): i for i, (lib, name) in enumerate(surface())}
+
+
+@settings(max_examples=10 * settings.default.max_examples)  # one example costs about a millisecond
+@given(data=st.data(), which=st.sampled_from(surface()), seed=st.integers(0, 2**32 - 1))
+def test_bad_inputs_on_random_base_calls(data, which, seed):
+    """The same mutations on other shapes, dtypes and keyword settings (the case drawn by seed)."""
+    lib, name = which
+    call = base_call(lib, name, seed)
+    options = mutations_for(call)
+    case, make, expected = data.draw(st.sampled_from(options), label="mutation")
+    problem = check(case, call, make, expected)
+    assert problem is None, f"seed {seed}: {problem}"
