@@ -16,10 +16,12 @@ COMMAND_MODULES = (
     "conformance.commands.spec",
     "conformance.commands.repro",
     "conformance.commands.readme",
+    "conformance.commands.reports",
     "conformance.commands.mutants",
     "conformance.commands.tiny_policy",
     "conformance.commands.vectors",
     "conformance.commands.frameworks",
+    "conformance.commands.bench",
 )
 
 

@@ -81,16 +81,73 @@ def _upstream(shape: tuple[int, ...], seed: int, dtype: str) -> np.ndarray:
     return cases.round_to(g, dtype)
 
 
+class AdapterMisbehaved(Exception):
+    """The adapter broke the calling contract (modified an input in place): a `fail`, not an error."""
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal shape, dtype and elements (NaN equal to NaN: poisoned inputs hold NaN)."""
+    if isinstance(a, torch.Tensor):
+        a, b = a.detach(), b.detach()
+        return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | ((a != a) & (b != b))).all())
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and bool(((a == b) | ((a != a) & (b != b))).all())
+
+
+def _guarded(fn: Any, names: list[str], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    """`fn(*args, **kwargs)` on inputs that are fresh copies (made by the caller, never the case's own
+    arrays), checking afterwards that the adapter left each of them as it was."""
+    pristine = [a.detach().clone() if isinstance(a, torch.Tensor) else a.copy() if isinstance(a, np.ndarray) else None
+                for a in args]
+    out = fn(*args, **kwargs)
+    for name, before, after in zip(names, pristine, args):
+        if before is not None and not _same(after, before):
+            raise AdapterMisbehaved(f"adapter modified its input {name} in place (inputs must be left unchanged)")
+    return out
+
+
 def _call_torch(fn: Any, rounded: dict[str, Any], kwargs: dict[str, Any], dtype: str, grad_args: tuple[str, ...]) -> tuple[Any, dict[str, torch.Tensor]]:
-    targs = cases.torch_args(rounded, dtype, grad_args)
-    out = fn(*targs.values(), **kwargs)
+    targs = cases.torch_args(rounded, dtype, grad_args)  # fresh tensors: torch.tensor / from_numpy of a copy
+    out = _guarded(fn, list(targs), list(targs.values()), kwargs)
     return out, {name: targs[name] for name in grad_args}
 
 
-def _call_numpy(fn: Any, rounded: dict[str, Any], kwargs: dict[str, Any], dtype: str) -> Any:
+def _numpy_args(rounded: dict[str, Any], dtype: str) -> list[Any]:
+    """Fresh copies of every array (floats cast to `dtype`; masks and ids copied too: a case's own
+    arrays, e.g. a cached golden vector, never reach an adapter)."""
     np_dtype = NUMPY_DTYPES[dtype]
-    args = [v.astype(np_dtype) if cases.is_float_array(v) else v for v in rounded.values()]
-    return fn(*args, **kwargs)
+    return [v.astype(np_dtype) if cases.is_float_array(v) else v.copy() if isinstance(v, np.ndarray) else v
+            for v in rounded.values()]
+
+
+def _call_numpy(fn: Any, rounded: dict[str, Any], kwargs: dict[str, Any], dtype: str) -> Any:
+    return _guarded(fn, list(rounded), _numpy_args(rounded, dtype), kwargs)
+
+
+def _nan_note(name: str, actual: Any, expected: Any) -> str:
+    """'value: NaN at index (i, j) where the spec's value is x' for the first such element, else ''."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    if a.shape != e.shape:
+        return ""
+    bad = np.isnan(a) & ~np.isnan(e)
+    if not bad.any():
+        return ""
+    idx = tuple(int(i) for i in np.argwhere(bad)[0])
+    return f"{name}: NaN at index {idx} where the spec's value is {float(e[idx])!r} ({int(bad.sum())} NaN in all)"
+
+
+def _output_dtype_problem(raw: Any, dtype: str) -> str | None:
+    """Torch adapters keep the input dtype (api.md "Robustness and numerical extremes"): every tensor
+    output is a float tensor of the input dtype; float32 is also accepted for bfloat16 inputs
+    (float32 accumulation returned without the final rounding, as TRL's fused head does)."""
+    expected = cases.TORCH_DTYPES[dtype]
+    allowed = {expected, torch.float32} if expected == torch.bfloat16 else {expected}
+    for i, item in enumerate(_as_tuple(raw)):
+        if isinstance(item, torch.Tensor) and item.dtype not in allowed:
+            which = "output" if not isinstance(raw, (tuple, list)) else f"output {i}"
+            return f"{which} dtype {item.dtype}, expected {expected} (the dtype of the {dtype} inputs)"
+    return None
 
 
 def _as_tuple(value: Any) -> tuple[Any, ...]:
@@ -176,6 +233,10 @@ def check_adapter(
         else:
             raw, grad_inputs = _call_numpy(fn, rounded, kw, dtype), {}
         actual = _as_tuple(_to_numpy(raw))
+    except AdapterMisbehaved as exc:
+        outcome.status = "fail"
+        outcome.message = str(exc)
+        return outcome
     except Exception as exc:  # an adapter error is a result, not a crash of the suite
         outcome.status = "error"
         outcome.message = f"{type(exc).__name__}: {exc}"
@@ -187,14 +248,24 @@ def check_adapter(
         outcome.status = "fail"
         outcome.message = f"returned {len(actual)} outputs, the spec has {len(expected)}"
         return outcome
+    if adapter.array_api == "torch" and (problem := _output_dtype_problem(raw, dtype)) is not None:
+        outcome.status = "fail"
+        outcome.message = problem
+        return outcome
     tol = tolerance(record.spec_id, dtype, "value")
     for name, a, e in zip(names, actual, expected):
         _record(outcome, compare(a, e, tol, what=name), a, e)
+        if not outcome.message:
+            outcome.message = _nan_note(name, a, e)
 
     if wants_grad:
         grads_expected = expected_grads()
         try:
             actual_grads = _adapter_grads(adapter, fn, raw, grad_inputs, rounded, kw, upstream, dtype, record)
+        except AdapterMisbehaved as exc:
+            outcome.status = "fail"
+            outcome.message = f"gradient: {exc}"
+            return outcome
         except Exception as exc:
             outcome.status = "error"
             outcome.message = f"gradient: {type(exc).__name__}: {exc}"
@@ -227,9 +298,10 @@ def _adapter_grads(adapter: Any, fn: Any, raw: Any, grad_inputs: dict[str, torch
     grad_fn = getattr(adapter, f"{record.function}_grad", None)
     if grad_fn is None:
         return None
-    np_dtype = NUMPY_DTYPES[dtype]
-    args = [v.astype(np_dtype) if cases.is_float_array(v) else v for v in rounded.values()]
-    return tuple(np.asarray(g, dtype=np.float64) for g in _as_tuple(grad_fn(*args, upstream, **kw)))
+    args = _numpy_args(rounded, dtype)
+    u = upstream.copy() if isinstance(upstream, np.ndarray) else upstream
+    grads = _guarded(grad_fn, [*rounded, "upstream"], [*args, u], kw)
+    return tuple(np.asarray(g, dtype=np.float64) for g in _as_tuple(grads))
 
 
 def _record(outcome: Outcome, mismatch: Mismatch | None, actual: Any, expected: Any) -> None:

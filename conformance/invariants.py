@@ -11,7 +11,9 @@ failure signatures of the known bugs (`conformance.mutants`) discriminative.
   split by rows into micro-batches of uneven token counts; each part is called with the whole
   batch's `num_tokens` / `num_seqs`, and the parts' values and gradients must sum to the whole
   batch's (called with the same counts). An adapter that rejects the two keywords (TypeError) gets
-  the check reported as not implemented;
+  the check reported as not implemented. Per mode, and for a framework's own micro-batch loss
+  (counts, DDP averaging, empty micro-batches), see the `agg.partition[<mode>]` rows of
+  `conformance/partition.py` (adapters opt in with `micro_batched_loss`);
 - `invariant:detached`: the inputs the spec makes constants (`QuantityInfo.stop_grad_args`) are
   given `requires_grad=True`; no gradient may reach them through any output (torch adapters only).
 

@@ -63,7 +63,46 @@ def command_table() -> str:
     return "\n".join(lines)
 
 
+def frameworks_table() -> str:
+    """One row per core-API quantity, one column per framework report in conformance/reports/."""
+    import json
+
+    reports_dir = README.parent / "conformance" / "reports"
+    columns: list[tuple[str, dict[str, dict]]] = []
+    for name in ("trl", "verl", "openrlhf"):
+        path = reports_dir / f"{name}.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            version = next((a["version"] for a in data["adapters"] if a["name"] == name), "?")
+            columns.append((f"{name} {version}", {c["function"]: c for c in data["checks"] if c["id"] == f"{c['function']}@{name}"}))
+    lines = ["| spec id | function | " + " | ".join(c for c, _ in columns) + " |", "|---|---|" + "---|" * len(columns)]
+    for q in REGISTRY:
+        cells = []
+        for _, rows in columns:
+            row = rows.get(q.function)
+            if row is None:
+                cells.append("-")
+            elif row["status"] == "preset":
+                cells.append(f"preset {row['matched_preset']}" if row["matched_preset"] else "variant: " + _kwargs(row["matched_kwargs"]))
+            else:
+                cells.append({"pass": "pass", "fail": "**FAIL**", "error": "error", "not_implemented": "not implemented"}[row["status"]])
+        lines.append(f"| `{q.spec_id}` | `{q.function}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _kwargs(kwargs: dict | None) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in (kwargs or {}).items())
+
+
+def mutants_table() -> str:
+    from conformance.mutants.base import mutants_table_markdown
+
+    return mutants_table_markdown().rstrip("\n")
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "frameworks": frameworks_table,
+    "mutants": mutants_table,
     "spec": spec_table,
     "presets": preset_table,
     "tolerances": tolerance_table,

@@ -141,5 +141,5 @@ def kl_penalty_grad(logp, ref_logp, mask, upstream, *, estimator="k1", log_ratio
             if not mask[b, t]:
                 continue
             dk_dlogp = kl_estimate_derivative(logp[b, t], ref_logp[b, t], estimator, log_ratio_clamp, clamp)
-            grad[b, t] = u[b, t] * dk_dlogp
+            grad[b, t] = 0.0 if u[b, t] == 0.0 else u[b, t] * dk_dlogp  # 0 · inf := 0 (k3 overflow)
     return grad

@@ -237,7 +237,7 @@ def ppo_token_loss_grad(logp, old_logp, advantages, mask, upstream, *, eps_low=0
             if branch != "unclipped" or not d_inside:
                 continue  # constant branch: exactly 0
             dL_dlogp = _neg_A_times(A_t, ratio)  # −A_t · r_t · 1
-            grad[b, t] = u[b, t] * dL_dlogp
+            grad[b, t] = _product(u[b, t], dL_dlogp)  # 0 · inf := 0 (a zero upstream, an overflowed ratio)
     return grad
 
 

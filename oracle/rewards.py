@@ -47,7 +47,7 @@ def rlhf_token_rewards(scores, logp, ref_logp, mask, *, kl_coef, estimator="k1")
         valid_t = [t for t in range(T) if mask[b, t]]
         for t in valid_t:
             KL_t = kl_estimate(logp[b, t], ref_logp[b, t], estimator, None, None)
-            R[b, t] = -beta * KL_t
+            R[b, t] = 0.0 if beta == 0.0 else -beta * KL_t  # 0 · inf := 0 (an overflowed k3)
         if valid_t:
             t_n = valid_t[-1]
             R[b, t_n] += scores[b]

@@ -218,6 +218,8 @@ def check_hidden_and_weight(fn: str, hidden, weight, mask: np.ndarray) -> tuple[
         raise ValueError(
             f"{fn}: hidden: expected leading dims {mask.shape} ([B, T] of mask), got shape {h.shape}"
         )
+    if h.shape[2] < 1:
+        raise ValueError(f"{fn}: hidden: expected hidden size D >= 1, got shape {h.shape}")
     if w.shape[1] != h.shape[2]:
         raise ValueError(
             f"{fn}: weight: expected shape (V, {h.shape[2]}) ([V, D] with D of hidden), got {w.shape}"

@@ -23,7 +23,8 @@ def whiten(x, mask, *, shift_mean=True, std_ddof=1, eps=1e-8):
     Source: advantage normalisation of PPO implementations ("The 37 implementation details of PPO",
         ICLR blog track 2022; "The N+ implementation details of RLHF with PPO", arXiv:2403.17031).
     Shapes: x [B, T], mask [B, T] -> [B, T] float64.
-    Edge cases: no valid position -> all 0; a zero denominator (var + eps = 0) makes the normalised
+    Edge cases: no valid position -> all 0; all-equal valid values -> exactly 0 (or μ), however many
+        (the summation's rounding residue in μ would otherwise be divided by a std of the same size); a zero denominator (var + eps = 0) makes the normalised
         term 0 (never NaN); masked positions are exactly 0 and never enter μ or var.
     """
     fn = "whiten"
@@ -45,6 +46,8 @@ def whiten(x, mask, *, shift_mean=True, std_ddof=1, eps=1e-8):
     for b, t in valid:
         mu += x[b, t]
     mu /= n
+    if all(x[b, t] == x[valid[0]] for b, t in valid):
+        mu = x[valid[0]]  # all equal: μ is the common value exactly (no summation residue, so x − μ = 0)
 
     sum_sq = 0.0
     for b, t in valid:

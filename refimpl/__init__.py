@@ -19,6 +19,23 @@ from refimpl.logprobs import token_entropy, token_logprobs
 from refimpl.losses import cispo_token_loss, gspo_token_loss, pg_token_loss, ppo_token_loss, value_token_loss
 from refimpl.metrics import ppo_clipped_mask
 from refimpl.rewards import rlhf_token_rewards
+from refimpl.distributed import (  # noqa: E402  (multi-GPU: DP-exact aggregation, vocabulary parallelism)
+    StepCounts,
+    micro_batch_loss,
+    step_counts,
+    vocab_parallel_token_entropy,
+    vocab_parallel_token_entropy_from_hidden,
+    vocab_parallel_token_logprobs,
+    vocab_parallel_token_logprobs_and_entropy_from_hidden,
+    vocab_parallel_token_logprobs_from_hidden,
+)
+from refimpl.packed import (
+    pack_boundary_mask,
+    packed_aggregate,
+    packed_segments,
+    packed_token_entropy,
+    packed_token_logprobs,
+)
 
 __all__ = [
     "token_logprobs",
@@ -42,4 +59,18 @@ __all__ = [
     "global_counts",
     "policy_loss",
     "ppo_clipped_mask",
+    # multi-GPU / packing (refimpl.distributed, refimpl.vocab_parallel, refimpl.packed)
+    "StepCounts",
+    "step_counts",
+    "micro_batch_loss",
+    "vocab_parallel_token_logprobs",
+    "vocab_parallel_token_entropy",
+    "vocab_parallel_token_logprobs_from_hidden",
+    "vocab_parallel_token_entropy_from_hidden",
+    "vocab_parallel_token_logprobs_and_entropy_from_hidden",
+    "packed_token_logprobs",
+    "packed_token_entropy",
+    "packed_aggregate",
+    "packed_segments",
+    "pack_boundary_mask",
 ]

@@ -33,7 +33,7 @@ AGGREGATION_MODES = (
 
 
 def global_counts(mask: torch.Tensor) -> tuple[int, int]:
-    """(num_tokens, num_seqs) of a whole batch, to pass to :func:`aggregate` for each of its parts."""
+    """Spec: agg.* (helper). (num_tokens, num_seqs) of a whole batch, to pass to :func:`aggregate` for each of its parts."""
     m = check_mask("global_counts", mask)
     return int(m.sum()), int(m.shape[0])
 

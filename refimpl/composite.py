@@ -49,5 +49,22 @@ def policy_loss(
             token_loss = token_loss + kl_coef * kl_penalty(logp, ref_logp, m, estimator=kl_estimator)
         else:  # ref_logp is not read, but a NaN at a valid position is still an error (api.md)
             check_finite(fn, ("ref_logp", ref_logp, m, masked(ref_logp.detach(), m, ref_logp.dtype)))
-        loss = aggregate(token_loss, m, mode=mode, norm_length=norm_length, num_tokens=num_tokens, num_seqs=num_seqs)
+        try:
+            loss = aggregate(token_loss, m, mode=mode, norm_length=norm_length, num_tokens=num_tokens, num_seqs=num_seqs)
+        except ValueError:
+            if token_loss.dtype == torch.float64 or not _overflowed(token_loss, m):
+                raise
+            # A term overflowed the compute dtype (k3 or an unclipped ratio beyond e^88 in float32) on
+            # validated finite inputs: the spec's value, computed in float64, rounds to ±inf in the
+            # output dtype (api.md "Robustness and numerical extremes"); so do its gradients.
+            return policy_loss(
+                logp.double(), old_logp.double(), ref_logp.double(), advantages.double(), m, eps_low=eps_low,
+                eps_high=eps_high, dual_clip=dual_clip, kl_coef=kl_coef, kl_estimator=kl_estimator, mode=mode,
+                norm_length=norm_length, num_tokens=num_tokens, num_seqs=num_seqs,
+            ).to(out_dtype)
     return loss.to(out_dtype)
+
+
+def _overflowed(token_loss: torch.Tensor, m: torch.Tensor) -> bool:
+    """True when the token loss is non-finite at a valid position (an overflow of the compute dtype)."""
+    return not bool(torch.isfinite(torch.where(m, token_loss.detach(), 0.0)).all())

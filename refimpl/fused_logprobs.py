@@ -41,9 +41,9 @@ __all__ = [
     "token_logprobs_and_entropy_from_hidden",
 ]
 
-# Default tile budget: the float [chunk, vocab tile] buffers of one call together hold at most this
-# many elements (128 MB in float32), with at most 1024 tokens and 65536 vocabulary entries a tile.
-_TILE_ELEMENTS = 1 << 25
+# Default tile size: a float [chunk, vocab tile] buffer holds at most this many elements (64 MB in
+# float32; one buffer, two with the entropy), with at most 1024 tokens and 65536 vocabulary entries.
+_TILE_ELEMENTS = 1 << 24
 _MAX_CHUNK_TOKENS = 1024
 _MAX_VOCAB_TILE = 65536
 
@@ -217,13 +217,12 @@ def _upstream(grad: torch.Tensor, out_pos: torch.Tensor, dtype: torch.dtype) -> 
     return grad.reshape(-1).index_select(0, out_pos).to(dtype)
 
 
-def _tile_sizes(fn: str, V: int, entropy: bool, chunk_size: object, vocab_chunk_size: object) -> tuple[int, int]:
+def _tile_sizes(fn: str, V: int, chunk_size: object, vocab_chunk_size: object) -> tuple[int, int]:
     """(tokens per chunk, vocabulary entries per tile): as given, or sized to the tile budget."""
     vchunk = min(V, _MAX_VOCAB_TILE) if vocab_chunk_size is None else check_int(fn, "vocab_chunk_size", vocab_chunk_size, ge=1)
     if chunk_size is not None:
         return check_int(fn, "chunk_size", chunk_size, ge=1), vchunk
-    n_buffers = 2 if entropy else 1
-    return max(16, min(_MAX_CHUNK_TOKENS, _TILE_ELEMENTS // (n_buffers * min(vchunk, V)))), vchunk
+    return max(16, min(_MAX_CHUNK_TOKENS, _TILE_ELEMENTS // min(vchunk, V))), vchunk
 
 
 def _run(
@@ -246,7 +245,7 @@ def _run(
     if want_lp:
         ids = check_token_ids(fn, input_ids, m, w.shape[0])
         targets = ids.reshape(-1).index_select(0, out_pos).long()
-    chunk, vchunk = _tile_sizes(fn, w.shape[0], want_entropy, chunk_size, vocab_chunk_size)
+    chunk, vchunk = _tile_sizes(fn, w.shape[0], chunk_size, vocab_chunk_size)
     return _HiddenSoftmax.apply(h, w, out_pos, pred_rows, targets, 1.0 / tau, want_entropy, chunk, vchunk)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from refimpl.masking import capped_exp_arg, masked, masked_output
+from refimpl.masking import expm1_zero_safe, masked, masked_output
 from refimpl.validation import (
     check_choice,
     check_finite,
@@ -30,8 +30,8 @@ def kl_estimate(
         k = d
     elif estimator == "k2":
         k = 0.5 * d * d
-    else:  # k3 via expm1: no cancellation in e^(−d) − 1 near d = 0
-        k = torch.expm1(capped_exp_arg(-d)) + d
+    else:  # k3 via expm1: no cancellation in e^(−d) − 1 near d = 0; inf where e^(−d) overflows
+        k = expm1_zero_safe(-d) + d
     if clamp is not None:
         k = k.clamp(-clamp, clamp)
     return k
@@ -46,7 +46,7 @@ def kl_penalty(
     log_ratio_clamp: float | None = None,
     clamp: float | None = None,
 ) -> torch.Tensor:
-    """Spec: kl.estimator. k1/k2/k3 of d = logp − ref_logp per valid token; k3 = expm1(−d) + d with the exp argument capped at log(float max) (no 0·inf)."""
+    """Spec: kl.estimator. k1/k2/k3 of d = logp − ref_logp per valid token; k3 = expm1(−d) + d (inf where e^(−d) overflows the dtype; a zero upstream gives a zero gradient, no 0·inf)."""
     fn = "kl_penalty"
     m = check_mask(fn, mask)
     logp = check_token_array(fn, "logp", logp, m)

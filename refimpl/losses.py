@@ -3,18 +3,20 @@
 
 Ties between a clipped and an unclipped branch go to the unclipped one: every ``max``/``min`` is a
 ``torch.where`` on ``>=``/``<=`` that keeps the unclipped branch on equality, so autograd takes its
-gradient. Ratios are ``exp`` of a capped log-ratio (:func:`refimpl.masking.capped_exp_arg`), so an
-overflowing ratio on an unselected branch cannot turn a gradient into NaN.
+gradient. Ratios are :func:`refimpl.masking.exp_zero_safe` of the log-ratio: an overflowing ratio is
+``inf`` (the true value rounded, api.md "Numerical extremes"), and on an unselected branch or times a zero
+advantage it passes an exact 0 gradient, never ``0·inf = NaN``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from refimpl.masking import capped_exp_arg, masked, masked_advantages, masked_output
+from refimpl.masking import capped_exp_arg, exp_zero_safe, masked, masked_advantages, masked_output
 from refimpl.validation import (
     check_advantages,
     check_choice,
+    check_clip_interval,
     check_finite,
     check_mask,
     check_optional_real,
@@ -84,7 +86,7 @@ def ppo_token_loss(
     d = lp - old
     if log_ratio_clamp is not None:
         d = d.clamp(-log_ratio_clamp, log_ratio_clamp)
-    L = _clipped_surrogate(torch.exp(capped_exp_arg(d)), A, eps_low, eps_high)
+    L = _clipped_surrogate(exp_zero_safe(d), A, eps_low, eps_high)
     if dual_clip is not None:
         cap = -dual_clip * A
         L = torch.where((A < 0) & (L > cap), cap, L)
@@ -110,9 +112,9 @@ def gspo_token_loss(
     n = m.sum(dim=1, keepdim=True).clamp(min=1).to(lp.dtype)
     log_s = (lp - old).sum(dim=1, keepdim=True) / n  # masked mean: masked terms are exact zeros
     if form == "sequence":
-        ratio = torch.exp(capped_exp_arg(log_s)).expand(m.shape)
+        ratio = exp_zero_safe(log_s).expand(m.shape)
     else:  # logp − sg(logp) is exactly 0: value s_b, gradient s_b·[u = t]
-        ratio = torch.exp(capped_exp_arg(lp - lp.detach() + log_s.detach()))
+        ratio = exp_zero_safe(lp - lp.detach() + log_s.detach())
     return masked_output(_clipped_surrogate(ratio, A, eps_low, eps_high), m, out_dtype)
 
 
@@ -134,11 +136,7 @@ def cispo_token_loss(
     bound = check_choice(fn, "bound", bound, ("relative", "absolute"))
     low = None if eps_low is None else 1.0 - eps_low
     high = 1.0 + eps_high if bound == "relative" else eps_high
-    if low is not None and high < low:
-        raise ValueError(
-            f"{fn}: eps_high: expected an upper bound >= the lower bound 1 - eps_low = {low!r}, "
-            f"got upper bound {high!r} (bound={bound!r})"
-        )
+    check_clip_interval(fn, low, high, bound)
     with torch.no_grad():
         weight = torch.exp(capped_exp_arg(lp - old)).clamp(min=low, max=high)
     return masked_output(-weight * A * lp, m, out_dtype)

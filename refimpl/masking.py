@@ -12,7 +12,7 @@ import math
 
 import torch
 
-__all__ = ["masked", "masked_advantages", "masked_output", "capped_exp_arg"]
+__all__ = ["masked", "masked_advantages", "masked_output", "capped_exp_arg", "exp_zero_safe", "expm1_zero_safe"]
 
 
 def masked(x: torch.Tensor, mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -38,3 +38,45 @@ def capped_exp_arg(x: torch.Tensor) -> torch.Tensor:
     finite where it would overflow, so an overflowing ratio on a branch that is not selected (or
     multiplied by a zero advantage) never turns a gradient into ``0 · inf = NaN``."""
     return x.clamp(max=math.log(torch.finfo(x.dtype).max))
+
+
+class _ExpZeroSafe(torch.autograd.Function):
+    """``exp(x)``, whose backward is exactly 0 where the incoming gradient is 0 (0·inf := 0)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        y = torch.exp(x)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (y,) = ctx.saved_tensors
+        return torch.where(g == 0, 0.0, g * y)
+
+
+class _Expm1ZeroSafe(torch.autograd.Function):
+    """``expm1(x)``, whose backward is exactly 0 where the incoming gradient is 0 (0·inf := 0)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x)
+        return torch.expm1(x)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        return torch.where(g == 0, 0.0, g * torch.exp(x))
+
+
+def exp_zero_safe(x: torch.Tensor) -> torch.Tensor:
+    """``exp(x)`` rounded as IEEE rounds it (``inf`` where it exceeds the dtype: spec api.md "Numerical
+    extremes"), with a gradient that is ``g·exp(x)`` (``±inf`` where that overflows) except exactly 0
+    where ``g`` is 0: an overflowing ratio on an unselected branch, or times a zero advantage, never
+    turns a gradient into ``0·inf = NaN``, and a selected one gives the correctly rounded ``±inf``."""
+    return _ExpZeroSafe.apply(x)
+
+
+def expm1_zero_safe(x: torch.Tensor) -> torch.Tensor:
+    """``expm1(x)`` with the gradient rule of :func:`exp_zero_safe`."""
+    return _Expm1ZeroSafe.apply(x)

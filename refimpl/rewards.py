@@ -55,6 +55,7 @@ def rlhf_token_rewards(
     out_dtype, cdt = compute_dtypes(scores, logp, ref_logp)
     lp, ref = masked(logp, m, cdt), masked(ref_logp, m, cdt)
     check_finite(fn, ("logp", logp, m, lp), ("ref_logp", ref_logp, m, ref))
-    R = -beta * kl_estimate(lp - ref, estimator, log_ratio_clamp, clamp)
+    # kl_coef = 0 adds exactly 0, even where the KL overflows (0·inf := 0, api.md "Numerical extremes")
+    R = -beta * kl_estimate(lp - ref, estimator, log_ratio_clamp, clamp) if beta != 0.0 else torch.zeros_like(lp)
     R = R + torch.where(last_valid_positions(m), scores.to(cdt).unsqueeze(1), 0.0)
     return masked_output(R, m, out_dtype)

@@ -43,6 +43,7 @@ __all__ = [
     "check_int",
     "check_bool",
     "check_choice",
+    "check_clip_interval",
     "check_group_size",
     "check_same_device",
     "compute_dtypes",
@@ -217,6 +218,8 @@ def check_hidden_and_weight(
         raise ValueError(
             f"{fn}: hidden: expected leading dims {tuple(mask.shape)} ([B, T] of mask), got shape {tuple(h.shape)}"
         )
+    if h.shape[2] < 1:
+        raise ValueError(f"{fn}: hidden: expected hidden size D >= 1, got shape {tuple(h.shape)}")
     if w.shape[1] != h.shape[2]:
         raise ValueError(
             f"{fn}: weight: expected shape (V, {h.shape[2]}) ([V, D] with D of hidden), got {tuple(w.shape)}"
@@ -328,6 +331,15 @@ def check_choice(fn: str, name: str, value: object, allowed: tuple[str, ...]) ->
     if value not in allowed:
         raise ValueError(f"{fn}: {name}: expected one of {allowed}, got {value!r}")
     return value
+
+
+def check_clip_interval(fn: str, low: float | None, high: float, bound: str) -> None:
+    """A clip interval [low, high] (``low`` None: no lower bound) must not be empty."""
+    if low is not None and high < low:
+        raise ValueError(
+            f"{fn}: eps_high: expected an upper bound >= the lower bound 1 - eps_low = {low!r}, "
+            f"got upper bound {high!r} (bound={bound!r})"
+        )
 
 
 def check_group_size(fn: str, group_size: object, batch: int) -> int:

@@ -27,12 +27,21 @@ def _module_adapter(module: types.ModuleType, name: str, array_api: str, dtypes:
 
 def oracle_adapter() -> types.SimpleNamespace:
     """The NumPy float64 oracle, checked against itself (a sanity row: it must always pass)."""
-    return _module_adapter(oracle, "oracle", "numpy", ("float64", "float32"))
+    from conformance.partition import oracle_micro_batched_loss, oracle_micro_batched_loss_grad
+
+    adapter = _module_adapter(oracle, "oracle", "numpy", ("float64", "float32"))
+    adapter.micro_batched_loss = oracle_micro_batched_loss  # the agg.partition rows (conformance/partition.py)
+    adapter.micro_batched_loss_grad = oracle_micro_batched_loss_grad
+    return adapter
 
 
 def refimpl_adapter() -> types.SimpleNamespace:
     """The PyTorch reference implementation (autograd gradients)."""
-    return _module_adapter(refimpl, "refimpl", "torch", ("float64", "float32", "bfloat16"))
+    from conformance.partition import refimpl_micro_batched_loss
+
+    adapter = _module_adapter(refimpl, "refimpl", "torch", ("float64", "float32", "bfloat16"))
+    adapter.micro_batched_loss = refimpl_micro_batched_loss  # step_counts + micro_batch_loss
+    return adapter
 
 
 __all__ = ["oracle_adapter", "refimpl_adapter"]

@@ -89,6 +89,45 @@ class OpenRLHFAdapter:
         return extra_rows(self, seed)
 
     # ------------------------------------------------------------------------------------------
+    # agg.partition (conformance/partition.py): the trainer's per-micro-batch loss
+    # ------------------------------------------------------------------------------------------
+
+    LEVELS = {"token_mean": True, "seq_mean_token_mean": False}  # token_level_loss
+
+    def _micro_batched(self, chunks: Any, masks: Any, mode: str, dp_world_size: int, upstream: Any = None) -> list[Any]:
+        """``aggregate_loss`` per micro-batch with the step's normalisers as the trainer makes them
+        (``utils/loss_utils.py:54-105``: summed over the accumulation steps and all-reduced over DP,
+        here ``get_loss_batch_info`` on every chunk's mask at once) and ``dp_size``."""
+        fn = "micro_batched_loss"
+        if mode not in self.LEVELS:
+            raise NotImplementedError(f"OpenRLHF aggregates by token (token_mean) or by sample (seq_mean_token_mean) only, "
+                                      f"not {mode!r}")
+        xs = [io.float_array(fn, "token_loss_chunks", x, 2) for x in chunks]
+        ms = [io.check_mask(fn, m, x.shape) for x, m in zip(xs, masks)]
+        width = max(m.shape[1] for m in ms)
+        every = np.concatenate([np.pad(m, ((0, 0), (0, width - m.shape[1]))) for m in ms]).astype(np.float32)
+        info = self._worker.call("loss_batch_info", {"loss_mask": every})["outputs"]
+        params = {"token_level_loss": self.LEVELS[mode], "dp_size": int(dp_world_size),
+                  "batch_num_tokens": float(info["batch_num_tokens"]), "global_batch_size": float(info["global_batch_size"])}
+        out = []
+        for x, m in zip(xs, ms):
+            arrays = {"loss": io.clean(x, m).astype(np.float32), "loss_mask": m.astype(np.float32)}
+            if upstream is None:
+                out.append(np.float32(self._worker.call("aggregate_loss", arrays, params)["outputs"]["loss"]))
+            else:
+                g = self._worker.call("aggregate_loss", arrays, params, wrt=["loss"], upstream={"loss": float(upstream)})
+                out.append(io.masked_out(g["grads"]["loss"], m, x.dtype))
+        return out
+
+    def micro_batched_loss(self, token_loss_chunks: Any, mask_chunks: Any, *, mode: str, norm_length: float | None = None,
+                           dp_world_size: int = 1) -> list[Any]:
+        return self._micro_batched(token_loss_chunks, mask_chunks, mode, dp_world_size)
+
+    def micro_batched_loss_grad(self, token_loss_chunks: Any, mask_chunks: Any, upstream: Any, *, mode: str,
+                                norm_length: float | None = None, dp_world_size: int = 1) -> list[Any]:
+        return self._micro_batched(token_loss_chunks, mask_chunks, mode, dp_world_size, upstream)
+
+    # ------------------------------------------------------------------------------------------
     # logprob.token / logprob.entropy
     # ------------------------------------------------------------------------------------------
 

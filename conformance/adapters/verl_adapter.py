@@ -339,5 +339,44 @@ class VerlAdapter:
     def aggregate_grad(self, token_loss: Any, mask: Any, upstream: Any, *, mode: str, norm_length: float | None = None, num_tokens: float | None = None, num_seqs: float | None = None) -> np.ndarray:
         return self._aggregate(token_loss, mask, mode, norm_length, num_tokens, num_seqs, upstream)
 
+    # ------------------------------------------------------------------------------------------
+    # agg.partition (conformance/partition.py): the engine's per-micro-batch loss
+    # ------------------------------------------------------------------------------------------
+
+    def _micro_batched(self, chunks: Any, masks: Any, mode: str, norm_length: float | None, dp_world_size: int,
+                       upstream: Any = None) -> list[Any]:
+        """``agg_loss`` per micro-batch with the global batch info the engine sets before its
+        micro-batch loop (``workers/utils/losses.py:57-69``): ``batch_num_tokens`` = valid tokens of
+        the mini-batch all-reduced over DP, ``global_batch_size`` = its sequences, ``dp_size``."""
+        fn = "micro_batched_loss"
+        xs = [io.float_array(fn, "token_loss_chunks", x, 2) for x in chunks]
+        ms = [io.check_mask(fn, m, x.shape) for x, m in zip(xs, masks)]
+        if mode not in io.AGG_MODES:
+            raise io.fail(fn, "mode", f"expected one of {', '.join(io.AGG_MODES)}, got {mode!r}")
+        params = {
+            "loss_agg_mode": io.AGG_MODES[mode],
+            "dp_size": int(dp_world_size),
+            "batch_num_tokens": float(sum(m.sum() for m in ms)),
+            "global_batch_size": float(sum(m.shape[0] for m in ms)),
+            "loss_scale_factor": None if norm_length is None else float(norm_length),
+        }
+        out = []
+        for x, m in zip(xs, ms):
+            arrays = {"loss_mat": io.clean(x, m), "loss_mask": io.as_mask_of(m, x.dtype)}
+            if upstream is None:
+                out.append(x.dtype.type(self._worker.call("agg_loss", arrays, params)["outputs"]["loss"]))
+            else:
+                g = self._worker.call("agg_loss", arrays, params, wrt=["loss_mat"], upstream={"loss": float(upstream)})
+                out.append(io.masked_out(g["grads"]["loss_mat"], m, x.dtype))
+        return out
+
+    def micro_batched_loss(self, token_loss_chunks: Any, mask_chunks: Any, *, mode: str, norm_length: float | None = None,
+                           dp_world_size: int = 1) -> list[Any]:
+        return self._micro_batched(token_loss_chunks, mask_chunks, mode, norm_length, dp_world_size)
+
+    def micro_batched_loss_grad(self, token_loss_chunks: Any, mask_chunks: Any, upstream: Any, *, mode: str,
+                                norm_length: float | None = None, dp_world_size: int = 1) -> list[Any]:
+        return self._micro_batched(token_loss_chunks, mask_chunks, mode, norm_length, dp_world_size, upstream)
+
 
 __all__ = ["VerlAdapter"]

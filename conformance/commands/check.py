@@ -114,6 +114,11 @@ def run_report(adapter_names: list[Any], records: list[QuantityInfo], *, seed: i
         if diagnose and row.status in ("fail", "error", "preset"):
             row.consistent_with = _diagnose(record, row)
         report.rows.append(row)
+    if any(r.function == "aggregate" for r in records):  # agg.partition[<mode>]: conformance/partition.py
+        from conformance.partition import partition_rows
+
+        for adapter in adapters:
+            report.rows += partition_rows(adapter, seed=seed, timeout=timeout)
     for adapter in adapters:
         report.rows += framework_rows(adapter, records, seed=seed, timeout=timeout)
     report.seconds = time.perf_counter() - start

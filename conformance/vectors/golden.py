@@ -348,15 +348,34 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=1)
-def _published_cases() -> dict[str, tuple[cases.Case, ...]]:
+@functools.lru_cache(maxsize=4)
+def _published_cases(root: Path) -> tuple[dict[str, tuple[cases.Case, ...]], dict[str, tuple[str, ...]]]:
+    """(the vectors under `root` whose SHA-256 matches the manifest, by function; the problems with
+    the others, by function). Every file is checked against the manifest *before* it is read: an
+    edited, missing or unlisted vector is never decoded or used, and only its function is affected.
+    A missing or malformed manifest raises ManifestError (no vector can be trusted)."""
+    problems = manifest_problems(root)
+    bad = {p.path for p in problems}
+    rejected: dict[str, list[str]] = {}
+    for problem in problems:
+        rejected.setdefault(problem.path.split("/")[0], []).append(problem.describe(root))
     by_function: dict[str, list[cases.Case]] = {}
-    for vector in load_vectors(V1_ROOT):
-        by_function.setdefault(vector["function"], []).append(decode_case(vector))
-    return {k: tuple(v) for k, v in by_function.items()}
+    for name in vector_files(root):
+        if name not in bad:
+            vector = load_vector(Path(root) / name)
+            by_function.setdefault(vector["function"], []).append(decode_case(vector))
+    return ({k: tuple(v) for k, v in by_function.items()}, {k: tuple(v) for k, v in rejected.items()})
 
 
 def cases_for(function: str) -> list[cases.Case]:
     """The published vectors of `function` as cases (hand-built edge cases: pad == eos, empty rows,
-    all-equal and size-1 groups, clip boundaries, ...); loaded once per process."""
-    return list(_published_cases().get(function, ()))
+    all-equal and size-1 groups, clip boundaries, ...); loaded once per process. Raises
+    ManifestError naming the files when a vector of `function` disagrees with the manifest (the
+    conformance row becomes an error that says so; no tampered vector is used)."""
+    good, rejected = _published_cases(V1_ROOT)
+    if function in rejected:
+        raise ManifestError(
+            f"golden vectors of {function} do not match {MANIFEST_NAME} and were not used:\n"
+            + "\n".join("  " + line for line in rejected[function])
+        )
+    return list(good.get(function, ()))

@@ -9,8 +9,10 @@ from __future__ import annotations
 import time
 import types
 
+import numpy as np
 import torch
 
+import oracle
 import refimpl
 
 
@@ -49,3 +51,82 @@ def _wrong_shape(rewards, group_size, **kwargs):
 def misbehaving() -> types.SimpleNamespace:
     """One function raises, one hangs, one returns the wrong shape."""
     return _base("misbehaving", rloo_advantages=_raises, reinforce_advantages=_hangs, grpo_advantages=_wrong_shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Contract breakers (tests/robustness/test_adapter_isolation.py): each gets a `fail` row that says why
+# ---------------------------------------------------------------------------------------------
+
+
+def _mutates_mask(logp, advantages, mask):
+    """Clears the mask in place (a trainer that reuses its buffers), then computes correctly."""
+    out = refimpl.pg_token_loss(logp, advantages, mask.clone())
+    mask.zero_()
+    return out
+
+
+def _mutates_logp(logp, old_logp, advantages, mask, **kwargs):
+    """Scales logp in place behind autograd's back (``.data``)."""
+    out = refimpl.ppo_token_loss(logp, old_logp, advantages, mask, **kwargs)
+    logp.data.mul_(2.0)
+    return out
+
+
+def _float64_output(rewards, group_size, **kwargs):
+    """Upcasts: float64 advantages for float32 (and bfloat16) rewards."""
+    return refimpl.grpo_advantages(rewards.double(), group_size, **kwargs)
+
+
+def _int_output(rewards, group_size):
+    """Returns an integer tensor."""
+    return refimpl.rloo_advantages(rewards, group_size).round().long()
+
+
+def _nan_output(rewards, *, baseline="none"):
+    """NaN at a valid position (a 0/0 somewhere)."""
+    out = refimpl.reinforce_advantages(rewards, baseline=baseline).clone()
+    out[0] = float("nan")
+    return out
+
+
+def _returns_none(x, mask, **kwargs):
+    return None
+
+
+def contract_breakers() -> types.SimpleNamespace:
+    """Mutates its inputs in place (mask, logp), upcasts, returns ints, NaN or None; entropy is fine."""
+    return _base(
+        "contract_breakers",
+        pg_token_loss=_mutates_mask,
+        ppo_token_loss=_mutates_logp,
+        grpo_advantages=_float64_output,
+        rloo_advantages=_int_output,
+        reinforce_advantages=_nan_output,
+        whiten=_returns_none,
+        token_entropy=refimpl.token_entropy,
+    )
+
+
+def _numpy_mutates_mask(logp, advantages, mask):
+    out = oracle.pg_token_loss(logp, advantages, np.array(mask, copy=True))
+    mask[...] = False
+    return out
+
+
+def _numpy_kl_grad_zeroes_upstream(logp, ref_logp, mask, upstream, **kwargs):
+    out = oracle.kl_penalty_grad(logp, ref_logp, mask, upstream, **kwargs)
+    upstream *= 0.0
+    return out
+
+
+def numpy_contract_breakers() -> types.SimpleNamespace:
+    """A NumPy adapter: pg_token_loss clears the mask in place; kl_penalty is the oracle's, but its
+    gradient zeroes ``upstream`` in place."""
+    ns = _base(
+        "numpy_contract_breakers",
+        pg_token_loss=_numpy_mutates_mask,
+        kl_penalty=oracle.kl_penalty,
+        kl_penalty_grad=_numpy_kl_grad_zeroes_upstream,
+    )
+    ns.array_api = "numpy"
+    return ns

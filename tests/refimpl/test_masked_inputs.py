@@ -1,5 +1,5 @@
 """NaN, ±inf and 1e30 planted where the mask says "unused" change no output and no gradient, for
-every public refimpl function that takes a mask; gradients there are exactly 0, never NaN.
+every spec function (api.md) that takes a mask; gradients there are exactly 0, never NaN.
 
 "Unused" is: masked positions of per-token inputs; for logits / hidden states, the rows t-1 whose
 token t is masked (and the last row); for input_ids, masked positions (planted with ids outside
@@ -8,8 +8,10 @@ the vocabulary).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import torch
@@ -113,15 +115,73 @@ def cases(dtype: torch.dtype) -> dict[str, Case]:
     for mode in AGGREGATION_MODES:
         out[f"aggregate-{mode}"] = Case(refimpl.aggregate, {"token_loss": token(dtype, 10), "mask": MASK},
                                         {"mode": mode, "norm_length": 7.0}, {"token_loss": MASKED}, ("token_loss",))
+    out.update(multi_gpu_cases(dtype, logits, hidden, weight, ids))
     return out
 
 
-SEQUENCE_LEVEL = {"reinforce_advantages", "rloo_advantages", "grpo_advantages", "global_counts"}
+# Packed rows for the packed functions: every sequence boundary (position id 0) sits on a masked
+# position of MASK, as the packed functions require.
+POSITION_IDS = torch.tensor([
+    [0, 1, 2, 3, 4, 5, 0, 1],
+    [0, 1, 0, 1, 2, 3, 4, 5],
+    [0, 1, 2, 0, 1, 2, 3, 4],
+    [0, 0, 0, 1, 0, 1, 2, -1],
+    [0, 1, 2, 3, 4, 5, 6, 7],
+])
 
 
-def test_every_public_function_is_covered():
+def multi_gpu_cases(dtype, logits, hidden, weight, ids) -> dict[str, Case]:
+    """refimpl.distributed / refimpl.vocab_parallel (one process: W = 1) and refimpl.packed."""
+    out = {
+        "vocab_parallel_token_logprobs": Case(
+            refimpl.vocab_parallel_token_logprobs, {"logits_shard": logits, "input_ids": ids, "mask": MASK},
+            {"vocab_start": 0, "temperature": 0.7, "chunk_size": 3}, {"logits_shard": UNREAD_ROWS, "input_ids": MASKED},
+            ("logits_shard",)),
+        "vocab_parallel_token_entropy": Case(
+            refimpl.vocab_parallel_token_entropy, {"logits_shard": logits, "mask": MASK}, {"temperature": 1.3},
+            {"logits_shard": UNREAD_ROWS}, ("logits_shard",)),
+        "vocab_parallel_token_logprobs_from_hidden": Case(
+            refimpl.vocab_parallel_token_logprobs_from_hidden,
+            {"hidden": hidden, "weight_shard": weight, "input_ids": ids, "mask": MASK},
+            {"vocab_start": 0, "chunk_size": 3, "vocab_chunk_size": 4}, {"hidden": UNREAD_ROWS, "input_ids": MASKED},
+            ("hidden", "weight_shard")),
+        "vocab_parallel_token_entropy_from_hidden": Case(
+            refimpl.vocab_parallel_token_entropy_from_hidden, {"hidden": hidden, "weight_shard": weight, "mask": MASK},
+            {"temperature": 0.7}, {"hidden": UNREAD_ROWS}, ("hidden", "weight_shard")),
+        "vocab_parallel_token_logprobs_and_entropy_from_hidden": Case(
+            refimpl.vocab_parallel_token_logprobs_and_entropy_from_hidden,
+            {"hidden": hidden, "weight_shard": weight, "input_ids": ids, "mask": MASK},
+            {"vocab_start": 0}, {"hidden": UNREAD_ROWS, "input_ids": MASKED}, ("hidden", "weight_shard")),
+        "packed_token_logprobs": Case(
+            refimpl.packed_token_logprobs, {"logits": logits, "input_ids": ids, "mask": MASK},
+            {"position_ids": POSITION_IDS, "temperature": 0.7}, {"logits": UNREAD_ROWS, "input_ids": MASKED}, ("logits",)),
+        "packed_token_entropy": Case(
+            refimpl.packed_token_entropy, {"logits": logits, "mask": MASK}, {"position_ids": POSITION_IDS},
+            {"logits": UNREAD_ROWS}, ("logits",)),
+    }
+    counts = refimpl.StepCounts(num_tokens=float(MASK.sum()) + 3.0, num_seqs=float(B) + 1.0)
+    for mode in AGGREGATION_MODES:
+        out[f"packed_aggregate-{mode}"] = Case(
+            refimpl.packed_aggregate, {"token_loss": token(dtype, 11), "mask": MASK},
+            {"mode": mode, "norm_length": 7.0, "position_ids": POSITION_IDS}, {"token_loss": MASKED}, ("token_loss",))
+        out[f"micro_batch_loss-{mode}"] = Case(
+            refimpl.micro_batch_loss, {"token_loss": token(dtype, 12), "mask": MASK},
+            {"counts": counts, "mode": mode, "norm_length": 7.0, "dp_world_size": 2}, {"token_loss": MASKED}, ("token_loss",))
+    return out
+
+
+SEQUENCE_LEVEL = {"reinforce_advantages", "rloo_advantages", "grpo_advantages"}  # no mask, no masked position
+API = Path(__file__).resolve().parents[2] / "conformance" / "spec" / "v1" / "api.md"
+
+
+def test_every_spec_function_is_covered():
+    """Every function of the api.md table (plus the fused log-prob + entropy pair) is exercised here."""
+    spec = set(re.findall(r"^\| `[^`]+` \| `([a-z_]+)\(", API.read_text(), flags=re.M))
+    assert spec, f"no function table found in {API}"
     covered = {case.fn.__name__ for case in cases(torch.float32).values()}
-    assert covered | SEQUENCE_LEVEL == set(refimpl.__all__)
+    assert spec - SEQUENCE_LEVEL <= covered
+    assert "token_logprobs_and_entropy_from_hidden" in covered
+    assert (spec | covered) <= set(refimpl.__all__)
 
 
 def planted(name: str, x: torch.Tensor, where: torch.Tensor) -> torch.Tensor:

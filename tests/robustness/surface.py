@@ -28,7 +28,6 @@ LIBS = {"oracle": oracle, "refimpl": refimpl}
 # `AGGREGATION_MODES`) is not callable and is never listed. Nothing is excluded today: every public
 # callable of both packages validates its inputs.
 EXCLUDED: dict[tuple[str, str], str] = {}
-
 REFIMPL_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 
 
@@ -109,10 +108,70 @@ def _global_counts(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     return {"mask": args["mask"]}, {}
 
 
+def _renamed(function: str, renames: dict[str, str], **extra: Any) -> Callable[[int], tuple[dict[str, Any], dict[str, Any]]]:
+    """A registry case of `function` with arguments renamed (`logits` -> `logits_shard`) and extra
+    keywords (single process: a vocabulary shard is the whole vocabulary, `vocab_start=0`)."""
+
+    def build(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        args, kwargs = _from_registry(function, seed)
+        return {renames.get(k, k): v for k, v in args.items()}, {**kwargs, **extra}
+
+    return build
+
+
+def one_sequence_per_row(mask: np.ndarray) -> np.ndarray:
+    """`cu_seqlens` of a packed batch whose rows each hold one sequence: [0, T, 2T, ..., B*T]."""
+    B, T = mask.shape
+    return np.arange(0, B * T + 1, T, dtype=np.int64) if T else np.zeros(1, dtype=np.int64)
+
+
+def _packed(function: str) -> Callable[[int], tuple[dict[str, Any], dict[str, Any]]]:
+    """A registry case of `function` (token_logprobs, token_entropy, aggregate) laid out as packed rows."""
+
+    def build(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        args, kwargs = _from_registry(function, seed)
+        return args, {**kwargs, "cu_seqlens": one_sequence_per_row(args["mask"])}
+
+    return build
+
+
+def _packed_mask_only(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    args, _ = _from_registry("whiten", seed)
+    return {"mask": args["mask"]}, {"cu_seqlens": one_sequence_per_row(args["mask"])}
+
+
+def _step_counts(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    a, _ = _from_registry("whiten", seed)
+    b, _ = _from_registry("whiten", seed + 1)
+    return {"masks": [a["mask"], b["mask"]]}, {}
+
+
+def _micro_batch_loss(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    args, kwargs = _from_registry("aggregate", seed)
+    counts = refimpl.step_counts([torch.from_numpy(args["mask"])])
+    return {**args, "counts": counts}, kwargs
+
+
 # Functions outside the registry (no spec id of their own): how to build a valid call.
 EXTRA_BASE: dict[str, Callable[[int], tuple[dict[str, Any], dict[str, Any]]]] = {
     "token_logprobs_and_entropy_from_hidden": lambda seed: _from_registry("token_logprobs_from_hidden", seed),
     "global_counts": _global_counts,
+    # refimpl.distributed / refimpl.vocab_parallel on one process
+    "step_counts": _step_counts,
+    "micro_batch_loss": _micro_batch_loss,
+    "vocab_parallel_token_logprobs": _renamed("token_logprobs", {"logits": "logits_shard"}, vocab_start=0),
+    "vocab_parallel_token_entropy": _renamed("token_entropy", {"logits": "logits_shard"}),
+    "vocab_parallel_token_logprobs_from_hidden": _renamed(
+        "token_logprobs_from_hidden", {"weight": "weight_shard"}, vocab_start=0),
+    "vocab_parallel_token_entropy_from_hidden": _renamed("token_entropy_from_hidden", {"weight": "weight_shard"}),
+    "vocab_parallel_token_logprobs_and_entropy_from_hidden": _renamed(
+        "token_logprobs_from_hidden", {"weight": "weight_shard"}, vocab_start=0),
+    # refimpl.packed: one sequence per row (cu_seqlens)
+    "packed_token_logprobs": _packed("token_logprobs"),
+    "packed_token_entropy": _packed("token_entropy"),
+    "packed_aggregate": _packed("aggregate"),
+    "packed_segments": _packed_mask_only,
+    "pack_boundary_mask": _packed_mask_only,
 }
 
 
@@ -143,6 +202,8 @@ def to_torch(value: Any, dtype: torch.dtype) -> Any:
         if value.dtype.kind == "f":
             return torch.tensor(value, dtype=dtype)
         return torch.from_numpy(value.copy())
+    if isinstance(value, list):
+        return [to_torch(v, dtype) for v in value]
     return value
 
 
@@ -150,18 +211,21 @@ def base_call(lib: str, name: str, seed: int) -> Call:
     """A valid call of `<lib>.<name>` (NumPy float64 arrays for the oracle; torch tensors of float32
     or float64, chosen by the seed, for the refimpl)."""
     args, kwargs = _numpy_base(name, seed)
-    mask = args.get("mask")
+    mask = args.get("mask", args["masks"][0] if "masks" in args else None)
     mask = mask.copy() if isinstance(mask, np.ndarray) else None
     call = Call(lib, name, args, kwargs, mask)
     if lib == "refimpl":
         dtype = REFIMPL_DTYPES[seed % len(REFIMPL_DTYPES)]
         call.args = {k: to_torch(v, dtype) for k, v in args.items()}
+        call.kwargs = {k: to_torch(v, dtype) for k, v in kwargs.items()}
         call.meta["dtype"] = dtype
     return call
 
 
 def outputs(result: Any) -> tuple[Any, ...]:
     """A result as a tuple of NumPy arrays (float64 for floats)."""
+    if hasattr(result, "__dataclass_fields__"):  # StepCounts
+        result = tuple(getattr(result, f) for f in result.__dataclass_fields__)
     items = result if isinstance(result, tuple) else (result,)
     out = []
     for item in items:

@@ -40,7 +40,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.robustness.surface import Call, base_call, outputs, public_functions, surface
+from tests.robustness.surface import Call, base_call, one_sequence_per_row, outputs, public_functions, surface
 
 # ----------------------------------------------------------------------------------------------
 # roles of the positional arguments (by spec name) and kinds of the keywords
@@ -48,14 +48,18 @@ from tests.robustness.surface import Call, base_call, outputs, public_functions,
 
 ROLES: dict[str, str] = {
     "mask": "mask",
+    "masks": "mask list",
     "input_ids": "ids",
     "logits": "logits",
+    "logits_shard": "logits",
     "hidden": "hidden",
     "weight": "weight",
+    "weight_shard": "weight",
     "rewards": "seq",
     "scores": "seq",
     "advantages": "adv",
     "group_size": "group",
+    "counts": "counts",
     **{n: "token" for n in ("logp", "old_logp", "ref_logp", "values", "old_values", "returns",
                             "token_rewards", "x", "token_loss")},
     # "upstream" is "token" for a [B, T] output and "scalar" for a scalar one (decided per call)
@@ -64,8 +68,15 @@ ROLES: dict[str, str] = {
 CHOICES = ("estimator", "kl_estimator", "mode", "baseline", "scale", "singleton", "form", "bound")
 REALS = ("temperature", "eps", "eps_low", "eps_high", "dual_clip", "clip", "log_ratio_clamp", "clamp",
          "gamma", "lam", "norm_length", "num_tokens", "num_seqs", "kl_coef")
-INTS = ("std_ddof", "chunk_size", "vocab_chunk_size")
-BOOLS = ("shift_mean",)
+INTS = ("std_ddof", "chunk_size", "vocab_chunk_size", "vocab_start", "dp_world_size")
+BOOLS = ("shift_mean", "reduce_hidden_grad")
+LAYOUTS = ("cu_seqlens", "position_ids")  # packed rows: exactly one of the two
+SEQUENCES = ("seqs_per_mask",)
+# Keywords the fuzzer leaves alone, with the reason.
+NOT_FUZZED = {
+    "group": "a torch.distributed process group handle; None (or anything) means one process when "
+             "torch.distributed is not initialised, and torch validates real groups",
+}
 
 # Out-of-range values per keyword (each a ValueError), on top of the generic NaN / inf / str / bool.
 KEYWORD_VALUES: dict[str, tuple[Any, ...]] = {
@@ -86,8 +97,10 @@ KEYWORD_VALUES: dict[str, tuple[Any, ...]] = {
     "std_ddof": (-1,),
     "chunk_size": (0, -1),
     "vocab_chunk_size": (0, -1),
+    "vocab_start": (-1,),
+    "dp_world_size": (0, -2),
 }
-KEYWORDS = set(CHOICES) | set(REALS) | set(INTS) | set(BOOLS)
+KEYWORDS = set(CHOICES) | set(REALS) | set(INTS) | set(BOOLS) | set(LAYOUTS) | set(SEQUENCES) | set(NOT_FUZZED)
 
 
 def role(call: Call, name: str) -> str | None:
@@ -113,6 +126,10 @@ def _cast(x: Any, kind: str) -> Any:
     if _torch(x):
         return x.to({"int": torch.int64, "bool": torch.bool, "complex": torch.complex64, "float": torch.float32}[kind])
     return x.astype({"int": np.int64, "bool": np.bool_, "complex": np.complex128, "float": np.float64}[kind])
+
+
+def _numpy(x: torch.Tensor) -> np.ndarray:
+    return (x.float() if x.dtype == torch.bfloat16 else x).numpy()
 
 
 def _cat(a: Any, b: Any, axis: int) -> Any:
@@ -156,9 +173,10 @@ def _read_index(call: Call, name: str) -> tuple[int, ...]:
 
 
 def _vocab(call: Call) -> int:
-    if "logits" in call.args:
-        return int(call.args["logits"].shape[-1])
-    return int(call.args["weight"].shape[0])
+    for name in ("logits", "logits_shard"):
+        if name in call.args:
+            return int(call.args[name].shape[-1])
+    return int(call.args["weight" if "weight" in call.args else "weight_shard"].shape[0])
 
 
 def _mask_with(call: Call, kind: str, value: float) -> Any:
@@ -206,7 +224,7 @@ ARRAY_MUTATIONS: list[Mutation] = [
     _m("float dtype", {"ids"}, TypeError, lambda c, n: _cast(c.value(n), "float")),
     _m("a str", ARRAY_ROLES, TypeError, lambda c, n: "not an array"),
     _m("None", ARRAY_ROLES, TypeError, lambda c, n: None),
-    _m("a NumPy array for a tensor", ARRAY_ROLES, TypeError, lambda c, n: c.value(n).numpy(), libs=("refimpl",)),
+    _m("a NumPy array for a tensor", ARRAY_ROLES, TypeError, lambda c, n: _numpy(c.value(n)), libs=("refimpl",)),
     _m("a nested list for a tensor", ARRAY_ROLES, TypeError, lambda c, n: c.value(n).tolist(), libs=("refimpl",)),
     _m("a ragged nested list", ARRAY_ROLES, ValueError, lambda c, n: _ragged(c.value(n)), libs=("oracle",)),
     # ranks and shapes
@@ -222,6 +240,7 @@ ARRAY_MUTATIONS: list[Mutation] = [
     _m("empty vocabulary", {"logits"}, ValueError, lambda c, n: c.value(n)[..., :0]),
     _m("empty vocabulary", {"weight"}, ValueError, lambda c, n: c.value(n)[:0]),
     _m("hidden size mismatch", {"weight"}, ValueError, lambda c, n: _drop(c.value(n), 1)),
+    _m("hidden size 0", {"hidden"}, ValueError, lambda c, n: c.value(n)[..., :0]),
     _m("dtype differs from hidden", {"weight"}, TypeError,
        lambda c, n: c.value(n).to(torch.float16 if c.value(n).dtype != torch.float16 else torch.float32),
        libs=("refimpl",)),
@@ -267,12 +286,34 @@ def _keyword_mutations(name: str) -> list[tuple[str, Any, type[Exception]]]:
         return [("unknown name", "no_such_name", ValueError), ("an int", 3, TypeError), ("None", None, TypeError)]
     if name in BOOLS:
         return [("a str", "yes", TypeError), ("an int", 1, TypeError)]
+    if name in SEQUENCES:  # one count per mask
+        return [("a str", "12", TypeError), ("a tensor", torch.ones(2), TypeError), ("too short", [1], ValueError),
+                ("negative", [1, -1], ValueError), ("a float count", [1.5, 1], TypeError)]
     out: list[tuple[str, Any, type[Exception]]] = [(f"{v!r}", v, ValueError) for v in KEYWORD_VALUES[name]]
     if name in REALS:
         out += [("NaN", float("nan"), ValueError), ("+inf", float("inf"), ValueError), ("-inf", float("-inf"), ValueError)]
     else:
         out += [("a float", 1.5, TypeError)]
     return out + [("a str", "0.5", TypeError), ("a bool", True, TypeError), ("a list", [1.0], TypeError)]
+
+
+def _layout_mutations(call: Call, name: str) -> list[tuple[str, Any, type[Exception]]]:
+    """Bad packed layouts (the other layout keyword is set to None)."""
+    B, T = call.mask.shape
+    if name == "position_ids":
+        good = torch.arange(T).expand(B, T)
+        return [("a float tensor", good.float(), TypeError), ("a list", good.tolist(), TypeError),
+                ("a str", "0,1,2", TypeError), ("wrong shape", good[:, :-1], ValueError),
+                ("1-D", good[0], ValueError)]
+    rows = torch.arange(0, B * T + 1, T)
+    out = [("a float tensor", rows.float(), TypeError), ("a list", rows.tolist(), TypeError), ("a str", "0,4", TypeError),
+           ("2-D", rows[None], ValueError), ("empty", rows[:0], ValueError),
+           ("not starting at 0", torch.tensor([1, T]), ValueError),
+           ("not increasing", torch.tensor([0, T, T]), ValueError),
+           ("beyond B*T", torch.tensor([0, B * T + 1]), ValueError)]
+    if B >= 2:
+        out.append(("a sequence crossing a row", torch.tensor([0, T + 1]), ValueError))
+    return out
 
 
 @dataclass(frozen=True)
@@ -287,53 +328,107 @@ class BadCase:
         return f"{self.lib}.{self.function}:{self.argument}:{self.mutation}"
 
 
-def mutations_for(call: Call) -> list[tuple[BadCase, Callable[[Call], Any], type[Exception]]]:
-    """Every (case, make bad value, expected exception) that applies to `call`'s function."""
-    out: list[tuple[BadCase, Callable[[Call], Any], type[Exception]]] = []
+Maker = Callable[[Call], Call]
 
-    def add(arg: str, label: str, make: Callable[[Call], Any], expected: type[Exception]) -> None:
+
+def _replace(name: str, value_of: Callable[[Call], Any], *, clear: str | None = None) -> Maker:
+    """The call with argument `name` replaced (and keyword `clear` set to None)."""
+
+    def make(call: Call) -> Call:
+        bad = call.with_value(name, value_of(call))
+        return bad.with_value(clear, None) if clear else bad
+
+    return make
+
+
+def _mask_list_mutations(call: Call) -> list[tuple[str, str, Maker, type[Exception]]]:
+    """(argument named, label, maker, exception) for a sequence of masks (`step_counts`)."""
+
+    def element(i: int, value_of: Callable[[Any], Any]) -> Maker:
+        return _replace("masks", lambda c: [value_of(m) if j == i else m for j, m in enumerate(c.args["masks"])])
+
+    out = [("masks", "a tensor, not a sequence", _replace("masks", lambda c: c.args["masks"][0]), TypeError),
+           ("masks", "a str", _replace("masks", lambda c: "masks"), TypeError)]
+    for label, fn, exc in (("float mask with 0.5", lambda m: _set(m.float(), (0, 1), 0.5), ValueError),
+                           ("mask[:, 0] set", lambda m: _set(m, (0, 0), True), ValueError),
+                           ("1-D", lambda m: m[0], ValueError), ("a str", lambda m: "m", TypeError),
+                           ("complex dtype", lambda m: m.to(torch.complex64), TypeError)):
+        out.append(("masks[1]", f"masks[1]: {label}", element(1, fn), exc))
+    return out
+
+
+def mutations_for(call: Call) -> list[tuple[BadCase, Maker, type[Exception]]]:
+    """Every (case, make the bad call, expected exception) that applies to `call`'s function."""
+    out: list[tuple[BadCase, Maker, type[Exception]]] = []
+
+    def add(arg: str, label: str, make: Maker, expected: type[Exception]) -> None:
         out.append((BadCase(call.lib, call.function, arg, label), make, expected))
 
-    has_mask = call.mask is not None
+    has_mask = call.mask is not None and "mask" in call.args
     for name in call.args:
         r = role(call, name)
         if r is None:
             raise LookupError(f"no role for argument {name!r} of {call.lib}.{call.function}: add it to ROLES")
         if r == "group":
             for label, value, exc in _group_mutations(call):
-                add(name, f"group_size {label}", lambda c, v=value: v, exc)
+                add(name, f"group_size {label}", _replace(name, lambda c, v=value: v), exc)
         elif r == "scalar":
             for label, value, exc in SCALAR_UPSTREAM:
-                add(name, label, lambda c, v=value: v, exc)
+                add(name, label, _replace(name, lambda c, v=value: v), exc)
+        elif r == "counts":
+            for label, value in (("a tuple", (3.0, 2.0)), ("None", None), ("a dict", {"num_tokens": 3.0})):
+                add(name, label, _replace(name, lambda c, v=value: v), TypeError)
+        elif r == "mask list":
+            for arg, label, make, exc in _mask_list_mutations(call):
+                add(arg, label, make, exc)
         else:
             for m in ARRAY_MUTATIONS:
                 if r in m.roles and call.lib in m.libs and (has_mask or not m.needs_mask):
-                    add(name, m.name, lambda c, m=m, n=name: m.make(c, n), m.expected)
+                    add(name, m.name, _replace(name, lambda c, m=m, n=name: m.make(c, n)), m.expected)
     for name in call.keyword_names():
         if name not in KEYWORDS:
             raise LookupError(f"no rule for keyword {name!r} of {call.lib}.{call.function}: add it to KEYWORDS")
+        if name in NOT_FUZZED:
+            continue
+        if name in LAYOUTS:
+            other = LAYOUTS[1 - LAYOUTS.index(name)]
+            for label, value, exc in _layout_mutations(call, name):
+                add(name, label, _replace(name, lambda c, v=value: v, clear=other), exc)
+            if name == "cu_seqlens":
+                add(name, "both layouts", lambda c: c.with_value("cu_seqlens", torch.arange(0, c.mask.size + 1, c.mask.shape[1]))
+                    .with_value("position_ids", torch.zeros(c.mask.shape, dtype=torch.long)), ValueError)
+                if call.value("cu_seqlens") is not None:
+                    add(name, "neither layout", _replace("cu_seqlens", lambda c: None, clear="position_ids"), ValueError)
+            continue
         for label, value, exc in _keyword_mutations(name):
-            add(name, label, lambda c, v=value: v, exc)
-    add("not_a_spec_keyword", "unknown keyword", lambda c: 1, TypeError)
+            add(name, label, _replace(name, lambda c, v=value: v), exc)
+    add("not_a_spec_keyword", "unknown keyword", _replace("not_a_spec_keyword", lambda c: 1), TypeError)
     return out
 
 
-def all_cases(seed: int = 0) -> list[tuple[BadCase, Call, Callable[[Call], Any], type[Exception]]]:
-    result = []
+def all_cases(seed: int = 0) -> tuple[list[tuple[BadCase, Call, Maker, type[Exception]]], dict]:
+    """Every bad-input case of the covered surface, and {(lib, function): why not covered}."""
+    result, uncovered = [], {}
     for lib, name in surface():
-        call = base_call(lib, name, seed)
-        for case, make, exc in mutations_for(call):
+        try:
+            call = base_call(lib, name, seed)
+            mutations = mutations_for(call)
+        except LookupError as exc:  # reported by test_every_public_function_is_covered
+            uncovered[(lib, name)] = str(exc)
+            continue
+        for case, make, exc in mutations:
             result.append((case, call, make, exc))
-    return result
+    return result, uncovered
 
 
-CASES = all_cases(0)
+CASES, UNCOVERED = all_cases(0)
+COVERED = [f for f in surface() if f not in UNCOVERED]
 N_CASES = len({c.id for c, *_ in CASES})  # distinct (lib, function, argument, mutation) cases
 
 
-def check(case: BadCase, call: Call, make: Callable[[Call], Any], expected: type[Exception]) -> str | None:
+def check(case: BadCase, call: Call, make: Maker, expected: type[Exception]) -> str | None:
     """None when the mutated call raises `expected` with a message naming the argument, else why not."""
-    bad = call.with_value(case.argument, make(call))
+    bad = make(call)
     if case.argument == "not_a_spec_keyword":
         pattern = re.escape(case.argument)
     else:
@@ -384,7 +479,7 @@ INDEX = {(lib, name): i for i, (lib, name) in enumerate(surface())}
 
 
 @settings(max_examples=10 * settings.default.max_examples)  # one example costs about a millisecond
-@given(data=st.data(), which=st.sampled_from(surface()), seed=st.integers(0, 2**32 - 1))
+@given(data=st.data(), which=st.sampled_from(COVERED), seed=st.integers(0, 2**32 - 1))
 def test_bad_inputs_on_random_base_calls(data, which, seed):
     """The same mutations on other shapes, dtypes and keyword settings (the case drawn by seed)."""
     lib, name = which
@@ -393,3 +488,60 @@ def test_bad_inputs_on_random_base_calls(data, which, seed):
     case, make, expected = data.draw(st.sampled_from(options), label="mutation")
     problem = check(case, call, make, expected)
     assert problem is None, f"seed {seed}: {problem}"
+
+
+# ----------------------------------------------------------------------------------------------
+# degenerate but valid batches: empty batch, T = 1, every row masked
+# ----------------------------------------------------------------------------------------------
+
+
+def _degenerate(call: Call, kind: str) -> Call | None:
+    """The call on an empty batch (B = 0), on T = 1 (so no valid token: mask[:, 0] is False) or with
+    every row masked; None when the kind does not apply (T and masks need a mask argument)."""
+    if kind != "empty batch" and call.mask is None:
+        return None
+    args = dict(call.args)
+
+    def transform(r: str | None, value: Any) -> Any:
+        if kind == "empty batch" and (r in BATCHED or r == "mask"):
+            return value[:0]
+        if kind == "T = 1" and (r in TIMED or r == "mask" or (r == "adv" and value.ndim == 2)):
+            return value[:, :1]
+        if kind == "every row masked" and r == "mask":
+            return value & False
+        return value
+
+    for name, value in call.args.items():
+        r = role(call, name)
+        args[name] = [transform("mask", m) for m in value] if r == "mask list" else transform(r, value)
+    kwargs = dict(call.kwargs)
+    if kwargs.get("cu_seqlens") is not None:  # the packed layout of the new shape: one sequence per row
+        kwargs["cu_seqlens"] = torch.from_numpy(one_sequence_per_row(np.asarray(transform("mask", call.mask))))
+    return Call(call.lib, call.function, args, kwargs, call.mask, dict(call.meta))
+
+
+DEGENERATE = ("empty batch", "T = 1", "every row masked")
+COUNTS = ("global_counts", "step_counts")
+
+
+@pytest.mark.parametrize("kind", DEGENERATE)
+def test_degenerate_batches_give_zeros_not_nan(kind):
+    """Empty batches, T = 1 and all-masked batches are valid input: every float output (values and
+    gradients) is exactly 0 (or empty), never NaN, and no exception is raised."""
+    problems = []
+    for lib, name in surface():
+        for seed in range(3):
+            call = _degenerate(base_call(lib, name, seed), kind)
+            if call is None:
+                continue
+            try:
+                result = outputs(call.invoke())
+            except Exception as exc:  # noqa: BLE001
+                problems.append(f"{lib}.{name} (seed {seed}): {type(exc).__name__}: {exc}")
+                continue
+            if name in COUNTS:  # (num_tokens, num_seqs): no token, and every row still counts as a sequence
+                result = result[:1]
+            for o in result:
+                if o.dtype.kind == "f" and not np.all(o == 0):
+                    problems.append(f"{lib}.{name} (seed {seed}): expected zeros, got {o.ravel()[:6]}")
+    assert not problems, "\n".join(problems)

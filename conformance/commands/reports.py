@@ -1,0 +1,41 @@
+"""`rlspec reports`: regenerate the published conformance reports of the real frameworks.
+
+For each framework adapter that loads, runs the full check (fixed seed) and writes
+`conformance/reports/<adapter>.md` and `<adapter>.json`; an adapter that is not installed keeps its
+previous report and is named on stdout. The README's framework table is generated from the JSONs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from conformance import report as reports
+from conformance.commands.check import run_report, selected_records
+
+REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
+FRAMEWORKS = ("trl", "verl", "openrlhf")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("reports", help="regenerate the committed reports of TRL, verl and OpenRLHF")
+    p.add_argument("--adapter", action="append", choices=FRAMEWORKS, help="only these (repeatable)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-seeds", type=int, default=8)
+    p.add_argument("--out", default=str(REPORTS_DIR), help="folder (default: conformance/reports)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in args.adapter or FRAMEWORKS:
+        rep = run_report([name], selected_records(None), seed=args.seed, n_seeds=args.n_seeds, timeout=600, progress=False)
+        info = rep.adapters[0]
+        if info.status != "ok":
+            print(f"{name}: {info.status.replace('_', ' ')} ({info.message}); kept the previous report")
+            continue
+        reports.write_outputs(rep, json_path=str(out / f"{name}.json"), junit_path=None, markdown_path=str(out / f"{name}.md"))
+        counts = {s: sum(r.status == s for r in rep.rows) for s in ("pass", "preset", "fail", "error", "not_implemented")}
+        print(f"{name} {info.version}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+    return 0
