@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from oracle.clipping import clip_passes_gradient, clip_symmetric
 from oracle.validation import (
     check_choice,
     check_mask,
@@ -35,9 +36,7 @@ KL_ESTIMATORS = ("k1", "k2", "k3")
 
 def kl_estimate(logp_t: float, ref_logp_t: float, estimator: str, log_ratio_clamp, clamp) -> float:
     """One token's KL estimate (see the module docstring for the equations)."""
-    d = logp_t - ref_logp_t
-    if log_ratio_clamp is not None:
-        d = min(max(d, -log_ratio_clamp), log_ratio_clamp)
+    d = clip_symmetric(logp_t - ref_logp_t, log_ratio_clamp)
     if estimator == "k1":
         k = d
     elif estimator == "k2":
@@ -46,9 +45,7 @@ def kl_estimate(logp_t: float, ref_logp_t: float, estimator: str, log_ratio_clam
         # cancellation of exp(−d) − 1 near d = 0 (which would make k3 slightly negative for tiny |d|)
         with np.errstate(over="ignore"):
             k = float(np.expm1(-d)) + d
-    if clamp is not None:
-        k = min(max(k, -clamp), clamp)
-    return k
+    return clip_symmetric(k, clamp)
 
 
 def kl_estimate_derivative(logp_t: float, ref_logp_t: float, estimator: str, log_ratio_clamp, clamp) -> float:
@@ -59,11 +56,8 @@ def kl_estimate_derivative(logp_t: float, ref_logp_t: float, estimator: str, log
         ∂k_out/∂k = 1 if −c <= k <= c else 0                (c = clamp; 1 when None)
     """
     d_raw = logp_t - ref_logp_t
-    d = d_raw
-    dd_dlogp = 1.0
-    if log_ratio_clamp is not None:
-        d = min(max(d_raw, -log_ratio_clamp), log_ratio_clamp)
-        dd_dlogp = 1.0 if -log_ratio_clamp <= d_raw <= log_ratio_clamp else 0.0
+    d = clip_symmetric(d_raw, log_ratio_clamp)
+    dd_dlogp = 1.0 if clip_passes_gradient(d_raw, log_ratio_clamp) else 0.0
     if dd_dlogp == 0.0:
         return 0.0
     if estimator == "k1":
@@ -74,9 +68,7 @@ def kl_estimate_derivative(logp_t: float, ref_logp_t: float, estimator: str, log
         with np.errstate(over="ignore"):
             e_minus_d_minus_1 = float(np.expm1(-d))
         k, dk_dd = e_minus_d_minus_1 + d, -e_minus_d_minus_1
-    dout_dk = 1.0
-    if clamp is not None:
-        dout_dk = 1.0 if -clamp <= k <= clamp else 0.0
+    dout_dk = 1.0 if clip_passes_gradient(k, clamp) else 0.0
     if dout_dk == 0.0:
         return 0.0
     return dout_dk * dk_dd * dd_dlogp

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from oracle.clipping import clip, clip_passes_gradient, clip_symmetric, max_ties_unclipped
 from oracle.validation import (
     check_advantages,
     check_choice,
@@ -64,15 +65,6 @@ def _exp(d: float) -> float:
     """e^d in float64 (inf on overflow, no warning)."""
     with np.errstate(over="ignore"):
         return float(np.exp(d))
-
-
-def _clip(x: float, low: float | None, high: float | None) -> float:
-    """clip(x, low, high); a bound that is None is absent."""
-    if low is not None and x < low:
-        x = low
-    if high is not None and x > high:
-        x = high
-    return x
 
 
 def _policy_inputs(fn, logp, old_logp, advantages, mask):
@@ -157,19 +149,16 @@ def _ppo_token(logp_t, old_logp_t, A_t, eps_low, eps_high, dual_clip, log_ratio_
     """
     # log-ratio, optionally clamped
     d_raw = logp_t - old_logp_t
-    d = _clip(d_raw, -log_ratio_clamp, log_ratio_clamp) if log_ratio_clamp is not None else d_raw
-    d_inside = log_ratio_clamp is None or -log_ratio_clamp <= d_raw <= log_ratio_clamp
+    d = clip_symmetric(d_raw, log_ratio_clamp)
+    d_inside = clip_passes_gradient(d_raw, log_ratio_clamp)
 
     # r_t = π/π_old
     ratio = _exp(d)
 
     # L = max(−A·r, −A·clip(r, 1−ε_low, 1+ε_high)); ties -> unclipped
     unclipped = _neg_A_times(A_t, ratio)
-    clipped = _neg_A_times(A_t, _clip(ratio, 1.0 - eps_low, 1.0 + eps_high))
-    if clipped > unclipped:
-        L_t, branch = clipped, "clipped"
-    else:
-        L_t, branch = unclipped, "unclipped"
+    clipped = _neg_A_times(A_t, clip(ratio, 1.0 - eps_low, 1.0 + eps_high))
+    L_t, branch = max_ties_unclipped(unclipped, clipped)
 
     # dual clip (A < 0 only): L = min(L, −c·A); ties -> the branch already chosen
     if dual_clip is not None and A_t < 0:
@@ -269,10 +258,8 @@ def _sequence_ratio(logp, old_logp, mask, b):
 def _gspo_token(s_b, A_t, eps_low, eps_high):
     """``(L_t, branch)``: L_t = max(−A_t·s_b, −A_t·clip(s_b, 1−ε_low, 1+ε_high)); ties -> unclipped."""
     unclipped = _neg_A_times(A_t, s_b)
-    clipped = _neg_A_times(A_t, _clip(s_b, 1.0 - eps_low, 1.0 + eps_high))
-    if clipped > unclipped:
-        return clipped, "clipped"
-    return unclipped, "unclipped"
+    clipped = _neg_A_times(A_t, clip(s_b, 1.0 - eps_low, 1.0 + eps_high))
+    return max_ties_unclipped(unclipped, clipped)
 
 
 def gspo_token_loss(logp, old_logp, advantages, mask, *, eps_low=3e-4, eps_high=4e-4, form="sequence"):
@@ -367,7 +354,7 @@ def _cispo_params(fn, eps_low, eps_high, bound):
 def _cispo_weight(logp_t, old_logp_t, low, high):
     """w_t = clip(r_t, low, high), r_t = exp(logp_t − old_logp_t) (a stop-gradient weight)."""
     ratio = _exp(logp_t - old_logp_t)
-    return _clip(ratio, low, high)
+    return clip(ratio, low, high)
 
 
 def cispo_token_loss(logp, old_logp, advantages, mask, *, eps_low=None, eps_high=0.28, bound="relative"):

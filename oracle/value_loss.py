@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from oracle.clipping import clip_passes_gradient, clip_symmetric, max_ties_unclipped
 from oracle.validation import check_mask, check_optional_real, check_token_array, check_token_upstream, to_float64
 
 __all__ = ["value_token_loss", "value_token_loss_grad"]
@@ -24,11 +25,9 @@ def _value_token(V_t, V_old_t, R_t, clip):
     if clip is None:
         return unclipped, "unclipped"
     # V_c = V_old + clip(V − V_old, −ε, ε)
-    V_c = V_old_t + min(max(V_t - V_old_t, -clip), clip)
+    V_c = V_old_t + clip_symmetric(V_t - V_old_t, clip)
     clipped = 0.5 * (V_c - R_t) ** 2
-    if clipped > unclipped:
-        return clipped, "clipped"
-    return unclipped, "unclipped"
+    return max_ties_unclipped(unclipped, clipped)
 
 
 def value_token_loss(values, old_values, returns, mask, *, clip=None):
@@ -80,7 +79,7 @@ def value_token_loss_grad(values, old_values, returns, mask, upstream, *, clip=N
             if branch == "unclipped":
                 grad[b, t] = u[b, t] * (V[b, t] - R[b, t])
             else:
-                inside = -clip <= V[b, t] - V_old[b, t] <= clip
-                V_c = V_old[b, t] + min(max(V[b, t] - V_old[b, t], -clip), clip)
-                grad[b, t] = u[b, t] * (V_c - R[b, t]) * (1.0 if inside else 0.0)
+                V_c = V_old[b, t] + clip_symmetric(V[b, t] - V_old[b, t], clip)
+                dVc_dV = 1.0 if clip_passes_gradient(V[b, t] - V_old[b, t], clip) else 0.0
+                grad[b, t] = u[b, t] * (V_c - R[b, t]) * dVc_dV
     return grad

@@ -52,6 +52,21 @@ def _policy_inputs(fn: str, logp: object, old_logp: object | None, advantages: o
     return m, out_dtype, lp, old, A
 
 
+def _ppo_inputs(fn: str, logp: object, old_logp: object, advantages: object, mask: object, eps_low: object,
+                eps_high: object, dual_clip: object, log_ratio_clamp: object):
+    """``_policy_inputs`` and the PPO keywords, validated: (mask, output dtype, the log-ratio
+    logp − old_logp clamped to ±log_ratio_clamp if set, masked advantages, eps_low, eps_high, dual_clip)."""
+    m, out_dtype, lp, old, A = _policy_inputs(fn, logp, old_logp, advantages, mask)
+    eps_low = check_real(fn, "eps_low", eps_low, ge=0.0)
+    eps_high = check_real(fn, "eps_high", eps_high, ge=0.0)
+    dual_clip = check_optional_real(fn, "dual_clip", dual_clip, gt=1.0)
+    log_ratio_clamp = check_optional_real(fn, "log_ratio_clamp", log_ratio_clamp, gt=0.0)
+    d = lp - old
+    if log_ratio_clamp is not None:
+        d = d.clamp(-log_ratio_clamp, log_ratio_clamp)
+    return m, out_dtype, d, A, eps_low, eps_high, dual_clip
+
+
 def _clipped_surrogate(ratio: torch.Tensor, A: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
     """max(−A·r, −A·clip(r, 1−eps_low, 1+eps_high)); a tie keeps the unclipped −A·r."""
     unclipped = -A * ratio
@@ -77,15 +92,9 @@ def ppo_token_loss(
     log_ratio_clamp: float | None = None,
 ) -> torch.Tensor:
     """Spec: loss.ppo. max(−A·r, −A·clip(r, 1−ε_l, 1+ε_h)), then min(·, −c·A) for A < 0 with dual_clip c; ties to the unclipped branch."""
-    fn = "ppo_token_loss"
-    m, out_dtype, lp, old, A = _policy_inputs(fn, logp, old_logp, advantages, mask)
-    eps_low = check_real(fn, "eps_low", eps_low, ge=0.0)
-    eps_high = check_real(fn, "eps_high", eps_high, ge=0.0)
-    dual_clip = check_optional_real(fn, "dual_clip", dual_clip, gt=1.0)
-    log_ratio_clamp = check_optional_real(fn, "log_ratio_clamp", log_ratio_clamp, gt=0.0)
-    d = lp - old
-    if log_ratio_clamp is not None:
-        d = d.clamp(-log_ratio_clamp, log_ratio_clamp)
+    m, out_dtype, d, A, eps_low, eps_high, dual_clip = _ppo_inputs(
+        "ppo_token_loss", logp, old_logp, advantages, mask, eps_low, eps_high, dual_clip, log_ratio_clamp
+    )
     L = _clipped_surrogate(exp_zero_safe(d), A, eps_low, eps_high)
     if dual_clip is not None:
         cap = -dual_clip * A

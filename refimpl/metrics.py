@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from refimpl.losses import _policy_inputs
+from refimpl.losses import _ppo_inputs
 from refimpl.masking import capped_exp_arg, masked_output
-from refimpl.validation import check_optional_real, check_real
 
 __all__ = ["ppo_clipped_mask"]
 
@@ -24,18 +23,12 @@ def ppo_clipped_mask(
     log_ratio_clamp: float | None = None,
 ) -> torch.Tensor:
     """Spec: metric.clip. 1.0 where ppo_token_loss takes a clipped branch (A>0, r>1+ε_h; A<0, r<1−ε_l; dual: A<0, r>c), else 0; no gradient."""
-    fn = "ppo_clipped_mask"
-    m, out_dtype, lp, old, A = _policy_inputs(fn, logp, old_logp, advantages, mask)
-    eps_low = check_real(fn, "eps_low", eps_low, ge=0.0)
-    eps_high = check_real(fn, "eps_high", eps_high, ge=0.0)
-    dual_clip = check_optional_real(fn, "dual_clip", dual_clip, gt=1.0)
-    log_ratio_clamp = check_optional_real(fn, "log_ratio_clamp", log_ratio_clamp, gt=0.0)
-    d = lp - old
-    if log_ratio_clamp is not None:
-        d = d.clamp(-log_ratio_clamp, log_ratio_clamp)
+    m, out_dtype, d, A, eps_low, eps_high, dual_clip = _ppo_inputs(
+        "ppo_clipped_mask", logp, old_logp, advantages, mask, eps_low, eps_high, dual_clip, log_ratio_clamp
+    )
     ratio = torch.exp(capped_exp_arg(d))
     # the same branch selection as ppo_token_loss (strict: ties stay unclipped)
     clipped = ((A > 0) & (ratio > 1.0 + eps_high)) | ((A < 0) & (ratio < 1.0 - eps_low))
     if dual_clip is not None:
         clipped |= (A < 0) & (ratio > dual_clip)
-    return masked_output(clipped.to(lp.dtype), m, out_dtype)
+    return masked_output(clipped.to(d.dtype), m, out_dtype)

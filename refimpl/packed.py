@@ -53,10 +53,12 @@ __all__ = [
 _INT_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
 
 
-def _segments(fn: str, shape: tuple[int, int], device: torch.device, cu_seqlens: object, position_ids: object,
-              ) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(segment id per position [B, T] (-1 = padding), first-token flags [B, T], number of sequences)."""
-    B, T = shape
+def _segments(fn: str, mask: object, cu_seqlens: object, position_ids: object,
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """(the checked mask, segment id per position [B, T] (-1 = padding), first-token flags [B, T], number of
+    sequences)."""
+    m = check_mask(fn, mask)
+    (B, T), device = m.shape, m.device
     if (cu_seqlens is None) == (position_ids is None):
         raise ValueError(f"{fn}: cu_seqlens: expected exactly one of cu_seqlens and position_ids, got "
                          f"{'both' if cu_seqlens is not None else 'neither'}")
@@ -89,7 +91,7 @@ def _segments(fn: str, shape: tuple[int, int], device: torch.device, cu_seqlens:
         seg = torch.where(pos < cu[-1], seg, -1)
         first = torch.zeros(B * T, dtype=torch.bool, device=device)
         first[cu[:-1]] = True
-        return seg.view(B, T), first.view(B, T), S
+        return m, seg.view(B, T), first.view(B, T), S
     pid = position_ids
     if not isinstance(pid, torch.Tensor):
         raise TypeError(f"{fn}: position_ids: expected an integer torch.Tensor [B, T], got {type(pid).__name__}")
@@ -108,7 +110,7 @@ def _segments(fn: str, shape: tuple[int, int], device: torch.device, cu_seqlens:
     first |= after_pad & ~pad
     seg = torch.cumsum(first.reshape(-1).long(), 0) - 1
     seg = torch.where(pad.reshape(-1), -1, seg)
-    return seg.view(B, T), first, int(first.sum())
+    return m, seg.view(B, T), first, int(first.sum())
 
 
 def packed_segments(
@@ -116,9 +118,7 @@ def packed_segments(
 ) -> tuple[torch.Tensor, int]:
     """(sequence index of every position ``[B, T]`` long, -1 on padding; number of sequences S).
     Sequences are numbered in row-major order."""
-    fn = "packed_segments"
-    m = check_mask(fn, mask)
-    seg, _, S = _segments(fn, tuple(m.shape), m.device, cu_seqlens, position_ids)
+    _, seg, _, S = _segments("packed_segments", mask, cu_seqlens, position_ids)
     return seg, S
 
 
@@ -128,15 +128,12 @@ def pack_boundary_mask(
     """``[B, T]`` bool, True where a token has no prediction inside its sequence: the first token of
     every packed sequence, and padding. ``mask`` must be False there; ``mask & ~pack_boundary_mask(...)``
     drops such positions from a mask built without the packing."""
-    fn = "pack_boundary_mask"
-    m = check_mask(fn, mask)
-    seg, first, _ = _segments(fn, tuple(m.shape), m.device, cu_seqlens, position_ids)
+    _, seg, first, _ = _segments("pack_boundary_mask", mask, cu_seqlens, position_ids)
     return first | (seg < 0)
 
 
 def _check_packed(fn: str, mask: object, cu_seqlens: object, position_ids: object) -> tuple[torch.Tensor, torch.Tensor, int]:
-    m = check_mask(fn, mask)
-    seg, first, S = _segments(fn, tuple(m.shape), m.device, cu_seqlens, position_ids)
+    m, seg, first, S = _segments(fn, mask, cu_seqlens, position_ids)
     bad = m & (first | (seg < 0))
     if bool(bad.any()):
         b, t = (int(i) for i in bad.nonzero()[0])

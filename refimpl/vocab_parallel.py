@@ -219,6 +219,13 @@ def _upstream(grad: torch.Tensor | None, out_pos: torch.Tensor, dtype: torch.dty
     return g.mul_(scale) if scale != 1.0 else g
 
 
+def _scaled_rows(flat: torch.Tensor, rows: torch.Tensor, cdt: torch.dtype, inv_tau: float) -> torch.Tensor:
+    """``flat[rows] / τ`` in the compute dtype (a new tensor)."""
+    h = flat.index_select(0, rows)
+    h = h if h.dtype == cdt else h.to(cdt)
+    return h.mul_(inv_tau) if inv_tau != 1.0 else h
+
+
 def _tile_grad(logp: torch.Tensor, scratch: torch.Tensor | None, g_lp, g_h, ent) -> torch.Tensor:
     """dL/dy of a tile from its log-softmax (overwritten), less the one-hot term ``g_lp``."""
     if g_h is None:
@@ -237,6 +244,49 @@ def _add_onehot(dz: torch.Tensor, local: torch.Tensor, inside: torch.Tensor, g_l
     dz.scatter_add_(1, idx.clamp(0, v - 1).unsqueeze(1), torch.where(here, g_lp, 0.0).unsqueeze(1))
 
 
+def _rows_grad(logp: torch.Tensor, scratch: torch.Tensor | None, g_lp, g_h, ent, local, inside, sl: slice,
+               offset: int = 0) -> torch.Tensor:
+    """dL/dy of the rows ``sl`` of a tile (columns ``offset`` on) from their log-softmax (overwritten)."""
+    dz = _tile_grad(logp, scratch, None if g_lp is None else g_lp[sl], None if g_h is None else g_h[sl],
+                    None if ent is None else ent[sl])
+    if g_lp is not None:
+        _add_onehot(dz, local[sl], inside[sl], g_lp[sl], offset)
+    return dz
+
+
+def _zero_stats(n: int, cdt: torch.dtype, dev: torch.device, want_ent: bool, want_tgt: bool):
+    """This rank's per-row accumulators ``(m_r, s_r, t_r or None, target y or None)``, all 0."""
+    m_r = torch.zeros(n, dtype=cdt, device=dev)
+    s_r = torch.zeros(n, dtype=cdt, device=dev)
+    t_r = torch.zeros(n, dtype=cdt, device=dev) if want_ent else None
+    tgt = torch.zeros(n, dtype=cdt, device=dev) if want_tgt else None
+    return m_r, s_r, t_r, tgt
+
+
+def _merged(fn: str, stats, tgt, inside, flags, local_error, group, what, targets, out_pos, T: int):
+    """``_merge_over_ranks`` with this rank's target hits; a target no rank holds is an ``input_ids`` error."""
+    hits = None if inside is None else inside.to(stats[0].dtype)
+    try:
+        return _merge_over_ranks(fn, stats, tgt, hits, flags, local_error, group, what)
+    except _Rejected as exc:
+        raise _id_error(fn, targets, out_pos, T, exc.args[0]) from None
+
+
+def _outputs(ctx, tgt_all, m, log_s, ent, out_pos, shape: tuple[int, int], like: torch.Tensor):
+    """The ``[B, T]`` (log-probs, entropies) in ``like``'s dtype; an output not asked for is an empty,
+    non-differentiable tensor."""
+    lp_out = ent_out = like.new_zeros(0)
+    if tgt_all is not None:
+        lp_out = scatter_rows((tgt_all - m).sub_(log_s), out_pos, shape, like.dtype)
+    else:
+        ctx.mark_non_differentiable(lp_out)
+    if ent is not None:
+        ent_out = scatter_rows(ent, out_pos, shape, like.dtype)
+    else:
+        ctx.mark_non_differentiable(ent_out)
+    return lp_out, ent_out
+
+
 # ----------------------------------------------------------------------------------------------
 # logits shards
 # ----------------------------------------------------------------------------------------------
@@ -250,10 +300,7 @@ class _ShardSoftmax(torch.autograd.Function):
         dev = shard.device
         V = shard.shape[2]
         n = pred_rows.numel()
-        m_r = torch.zeros(n, dtype=cdt, device=dev)
-        s_r = torch.zeros(n, dtype=cdt, device=dev)
-        t_r = torch.zeros(n, dtype=cdt, device=dev) if want_ent else None
-        tgt = torch.zeros(n, dtype=cdt, device=dev) if targets is not None else None
+        m_r, s_r, t_r, tgt = _zero_stats(n, cdt, dev, want_ent, targets is not None)
         bad = torch.zeros(1, dtype=torch.float64, device=dev)
         if local_error is None and n:
             flat = shard.reshape(B * T, V)
@@ -261,9 +308,7 @@ class _ShardSoftmax(torch.autograd.Function):
             scratch = torch.empty(rows * V, dtype=cdt, device=dev) if want_ent else None
             for start in range(0, n, rows):
                 sl = slice(start, start + rows)
-                y = flat.index_select(0, pred_rows[sl]).to(cdt)
-                if inv_tau != 1.0:
-                    y.mul_(inv_tau)
+                y = _scaled_rows(flat, pred_rows[sl], cdt, inv_tau)
                 k = y.shape[0]
                 bad += (~torch.isfinite(y.amin(dim=1))).sum()
                 if tgt is not None:
@@ -273,24 +318,11 @@ class _ShardSoftmax(torch.autograd.Function):
                 m_r[sl], s_r[sl] = mm, ss
                 if t_r is not None:
                     t_r[sl] = tt
-        hits = None if inside is None else inside.to(cdt)
         what = ("logits_shard|at positions t-1 that predict a valid token t",)
-        try:
-            m, log_s, ent, tgt_all = _merge_over_ranks(fn, (m_r, s_r, t_r), tgt, hits, bad, local_error, group, what)
-        except _Rejected as exc:
-            raise _id_error(fn, targets, out_pos, T, exc.args[0]) from None
+        m, log_s, ent, tgt_all = _merged(fn, (m_r, s_r, t_r), tgt, inside, bad, local_error, group, what, targets, out_pos, T)
         ctx.save_for_backward(shard, out_pos, pred_rows, local, inside, m, log_s, ent)
         ctx.inv_tau, ctx.chunk, ctx.want_lp = inv_tau, chunk, targets is not None
-        lp_out = ent_out = shard.new_zeros(0)
-        if tgt_all is not None:
-            lp_out = scatter_rows((tgt_all - m).sub_(log_s), out_pos, (B, T), shard.dtype)
-        else:
-            ctx.mark_non_differentiable(lp_out)
-        if ent is not None:
-            ent_out = scatter_rows(ent, out_pos, (B, T), shard.dtype)
-        else:
-            ctx.mark_non_differentiable(ent_out)
-        return lp_out, ent_out
+        return _outputs(ctx, tgt_all, m, log_s, ent, out_pos, (B, T), shard)
 
     @staticmethod
     def backward(ctx, grad_lp, grad_ent):  # type: ignore[override]
@@ -310,16 +342,10 @@ class _ShardSoftmax(torch.autograd.Function):
         scratch = torch.empty(rows * V, dtype=cdt, device=shard.device) if g_h is not None else None
         for start in range(0, n, rows):
             sl = slice(start, start + rows)
-            y = flat.index_select(0, pred_rows[sl]).to(cdt)
-            if inv_tau != 1.0:
-                y.mul_(inv_tau)
+            y = _scaled_rows(flat, pred_rows[sl], cdt, inv_tau)
             k = y.shape[0]
             y.sub_(m[sl].unsqueeze(1)).sub_(log_s[sl].unsqueeze(1))  # log p
-            dz = _tile_grad(y, None if scratch is None else scratch[: k * V].view(k, V),
-                            None if g_lp is None else g_lp[sl], None if g_h is None else g_h[sl],
-                            None if ent is None else ent[sl])
-            if g_lp is not None:
-                _add_onehot(dz, local[sl], inside[sl], g_lp[sl])
+            dz = _rows_grad(y, None if scratch is None else scratch[: k * V].view(k, V), g_lp, g_h, ent, local, inside, sl)
             gflat.index_copy_(0, pred_rows[sl], dz.to(grad.dtype))
         return (grad,) + none
 
@@ -397,10 +423,7 @@ class _ShardHeadSoftmax(torch.autograd.Function):
         _, cdt = compute_dtypes(hidden, weight)
         dev = hidden.device
         n = pred_rows.numel()
-        m_r = torch.zeros(n, dtype=cdt, device=dev)
-        s_r = torch.zeros(n, dtype=cdt, device=dev)
-        t_r = torch.zeros(n, dtype=cdt, device=dev) if want_ent else None
-        tgt = torch.zeros(n, dtype=cdt, device=dev) if targets is not None else None
+        m_r, s_r, t_r, tgt = _zero_stats(n, cdt, dev, want_ent, targets is not None)
         flags = torch.zeros(3, dtype=torch.float64, device=dev)  # hidden, weight_shard, logits
         if local_error is None:
             w = weight if weight.dtype == cdt else weight.to(cdt)
@@ -435,26 +458,13 @@ class _ShardHeadSoftmax(torch.autograd.Function):
                 m_r[sl], s_r[sl] = stats[0], stats[1]
                 if t_r is not None:
                     t_r[sl] = stats[2]
-        hits = None if inside is None else inside.to(cdt)
         what = ("hidden|at positions t-1 that predict a valid token t", "weight_shard|everywhere",
                 "logits|(hidden @ weight_shard.T overflows)")
-        try:
-            m, log_s, ent, tgt_all = _merge_over_ranks(fn, (m_r, s_r, t_r), tgt, hits, flags, local_error, group, what)
-        except _Rejected as exc:
-            raise _id_error(fn, targets, out_pos, T, exc.args[0]) from None
+        m, log_s, ent, tgt_all = _merged(fn, (m_r, s_r, t_r), tgt, inside, flags, local_error, group, what, targets, out_pos, T)
         ctx.save_for_backward(hidden, weight, out_pos, pred_rows, local, inside, m, log_s, ent)
         ctx.inv_tau, ctx.chunk, ctx.vchunk = inv_tau, chunk, vchunk
         ctx.want_lp, ctx.group, ctx.reduce_grad = targets is not None, group, reduce_grad
-        lp_out = ent_out = hidden.new_zeros(0)
-        if tgt_all is not None:
-            lp_out = scatter_rows((tgt_all - m).sub_(log_s), out_pos, (B, T), hidden.dtype)
-        else:
-            ctx.mark_non_differentiable(lp_out)
-        if ent is not None:
-            ent_out = scatter_rows(ent, out_pos, (B, T), hidden.dtype)
-        else:
-            ctx.mark_non_differentiable(ent_out)
-        return lp_out, ent_out
+        return _outputs(ctx, tgt_all, m, log_s, ent, out_pos, (B, T), hidden)
 
     @staticmethod
     def backward(ctx, grad_lp, grad_ent):  # type: ignore[override]
@@ -487,11 +497,8 @@ class _ShardHeadSoftmax(torch.autograd.Function):
                     vw = w_tile.shape[0]
                     y = torch.mm(hs, w_tile.t(), out=buf[: k * vw].view(k, vw))
                     y.sub_(m[sl].unsqueeze(1)).sub_(log_s[sl].unsqueeze(1))
-                    dz = _tile_grad(y, None if scratch is None else scratch[: k * vw].view(k, vw),
-                                    None if g_lp is None else g_lp[sl], None if g_h is None else g_h[sl],
-                                    None if ent is None else ent[sl])
-                    if g_lp is not None:
-                        _add_onehot(dz, local[sl], inside[sl], g_lp[sl], v0)
+                    dz = _rows_grad(y, None if scratch is None else scratch[: k * vw].view(k, vw), g_lp, g_h, ent,
+                                    local, inside, sl, v0)
                     if acc is not None:
                         acc.addmm_(dz, w_tile)
                     if d_w is not None:
@@ -508,12 +515,6 @@ class _ShardHeadSoftmax(torch.autograd.Function):
         if need_w:
             grad_weight = d_w.to(weight.dtype)
         return (grad_hidden, grad_weight) + (None,) * 13
-
-
-def _scaled_rows(h_flat: torch.Tensor, rows: torch.Tensor, cdt: torch.dtype, inv_tau: float) -> torch.Tensor:
-    h = h_flat.index_select(0, rows)
-    h = h if h.dtype == cdt else h.to(cdt)
-    return h.mul_(inv_tau) if inv_tau != 1.0 else h
 
 
 def _head_call(fn, hidden, weight_shard, input_ids, mask, vocab_start, temperature, group, chunk_size,

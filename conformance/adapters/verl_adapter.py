@@ -2,7 +2,8 @@
 
 verl runs in its own environment (``rlspec frameworks install verl``; verl 0.9.1 requires
 ``transformers<5.11``, rlspec's TRL needs 5.24) and is driven through a worker process
-(``conformance/adapters/subprocess_worker.py``; the verl calls are in ``conformance/frameworks/verl_ops.py``).
+(``conformance/adapters/subprocess_worker.py``; the verl calls are in ``conformance/frameworks/verl_ops.py``;
+what the verl and OpenRLHF adapters share is ``conformance/adapters/subprocess_adapter.py``).
 This adapter is therefore a NumPy adapter (``array_api = "numpy"``): values come from verl and each
 ``<function>_grad`` is verl's autograd gradient for the given upstream.
 
@@ -59,98 +60,25 @@ from typing import Any
 
 import numpy as np
 
-from conformance.adapters.loading import AdapterLoadError
-from conformance.adapters.subprocess_worker import FrameworkUnavailable, get_worker
+from conformance.adapters.subprocess_adapter import SubprocessAdapter
 from conformance.frameworks import spec_io as io
 
-INSTALL_HINT = "run `rlspec frameworks install verl`"
 
-
-class VerlAdapter:
+class VerlAdapter(SubprocessAdapter):
     """Spec v1 adapter for verl (see the module docstring for what each function calls)."""
 
     name = "verl"
-    spec_version = "v1"
-    array_api = "numpy"
     dtypes = ("float64", "float32")
-    supports_grad = True
-    accepts_variants = False
+    checks_module = "conformance.frameworks.verl_checks"
 
-    def __init__(self) -> None:
-        try:
-            self._worker = get_worker("verl")
-        except FrameworkUnavailable as exc:  # the "not installed" row of `rlspec check`
-            hint = "" if "rlspec frameworks install" in str(exc) else f" ({INSTALL_HINT})"
-            raise AdapterLoadError(f"adapter 'verl': cannot import 'verl': {exc}{hint}") from exc
-        self.version = self._worker.version
-        self.framework_available = True
-        self.environment = self._worker.origin
+    LOGPROBS_OP = "logprobs_from_logits"
+    ENTROPY_OP = "entropy_from_logits"
+    POLICY_ARRAYS = ("log_prob", "old_log_prob", "response_mask")
+    VALUE_ARRAYS = ("vpreds", "values", "returns", "response_mask")
 
-    def call(self, op: str, arrays: dict[str, Any], params: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
-        """One raw verl call (verl conventions), for the framework checks."""
-        return self._worker.call(op, arrays, params, **kw)
-
-    def extra_rows(self, seed: int) -> list[Any]:
-        from conformance.frameworks.verl_checks import extra_rows
-
-        return extra_rows(self, seed)
-
-    # ------------------------------------------------------------------------------------------
-    # logprob.token / logprob.entropy
-    # ------------------------------------------------------------------------------------------
-
-    def _rows(self, fn: str, logits: Any, mask: Any, temperature: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        logits = io.float_array(fn, "logits", logits, 3)
-        mask = io.check_mask(fn, mask, logits.shape[:2])
-        if not temperature > 0:
-            raise io.fail(fn, "temperature", f"expected > 0, got {temperature!r}")
-        rows, valid = io.compact_rows(logits, mask)
-        return logits, rows / np.asarray(temperature, dtype=logits.dtype), valid
-
-    def _logprobs(self, logits: Any, input_ids: Any, mask: Any, temperature: float, upstream: Any = None) -> np.ndarray:
-        fn = "token_logprobs"
-        logits, rows, valid = self._rows(fn, logits, mask, temperature)
-        ids = np.asarray(input_ids)
-        if ids.dtype.kind not in "iu":
-            raise io.fail(fn, "input_ids", f"expected an integer array, got {ids.dtype}", TypeError)
-        B, T, V = logits.shape
-        if upstream is None and rows.shape[0] == 0:
-            return np.zeros((B, T), dtype=logits.dtype)
-        if rows.shape[0] == 0:
-            return np.zeros(logits.shape, dtype=logits.dtype)
-        labels = ids[:, 1:][valid].astype(np.int64)
-        arrays = {"logits": rows, "labels": labels}
-        if upstream is None:
-            out = self._worker.call("logprobs_from_logits", arrays)["outputs"]["logp"]
-            return io.scatter_rows(out, valid, B, T, logits.dtype)
-        up = np.asarray(upstream, dtype=logits.dtype)[:, 1:][valid]
-        g = self._worker.call("logprobs_from_logits", arrays, wrt=["logits"], upstream={"logp": up})["grads"]["logits"]
-        return io.scatter_row_grads(g / temperature, valid, logits.shape, logits.dtype)
-
-    def token_logprobs(self, logits: Any, input_ids: Any, mask: Any, *, temperature: float = 1.0) -> np.ndarray:
-        return self._logprobs(logits, input_ids, mask, temperature)
-
-    def token_logprobs_grad(self, logits: Any, input_ids: Any, mask: Any, upstream: Any, *, temperature: float = 1.0) -> np.ndarray:
-        return self._logprobs(logits, input_ids, mask, temperature, upstream)
-
-    def _entropy(self, logits: Any, mask: Any, temperature: float, upstream: Any = None) -> np.ndarray:
-        fn = "token_entropy"
-        logits, rows, valid = self._rows(fn, logits, mask, temperature)
-        B, T, V = logits.shape
-        if rows.shape[0] == 0:
-            return np.zeros((B, T) if upstream is None else logits.shape, dtype=logits.dtype)
-        if upstream is None:
-            out = self._worker.call("entropy_from_logits", {"logits": rows})["outputs"]["entropy"]
-            return io.scatter_rows(out, valid, B, T, logits.dtype)
-        up = np.asarray(upstream, dtype=logits.dtype)[:, 1:][valid]
-        g = self._worker.call("entropy_from_logits", {"logits": rows}, wrt=["logits"], upstream={"entropy": up})["grads"]["logits"]
-        return io.scatter_row_grads(g / temperature, valid, logits.shape, logits.dtype)
-
-    def token_entropy(self, logits: Any, mask: Any, *, temperature: float = 1.0) -> np.ndarray:
-        return self._entropy(logits, mask, temperature)
-
-    def token_entropy_grad(self, logits: Any, mask: Any, upstream: Any, *, temperature: float = 1.0) -> np.ndarray:
-        return self._entropy(logits, mask, temperature, upstream)
+    def _logprob_request(self, rows: np.ndarray, temperature: float) -> tuple[np.ndarray, None, float]:
+        # the actor divides the logits by the temperature before logprobs_from_logits
+        return rows / np.asarray(temperature, dtype=rows.dtype), None, temperature
 
     # ------------------------------------------------------------------------------------------
     # advantages
@@ -170,29 +98,27 @@ class VerlAdapter:
     def rloo_advantages(self, rewards: Any, group_size: int) -> np.ndarray:
         return self.outcome_advantages("rloo", rewards, group_size)
 
-    def _gae(self, token_rewards: Any, values: Any, mask: Any, gamma: float, lam: float) -> dict[str, np.ndarray]:
+    def _gae(self, token_rewards: Any, values: Any, mask: Any, gamma: float, lam: float) -> tuple[dict[str, np.ndarray], np.ndarray, Any]:
+        """(``compute_gae_advantage_return``'s outputs, the mask, the rewards' dtype)."""
         fn = "gae"
         r = io.float_array(fn, "token_rewards", token_rewards, 2)
-        v = io.float_array(fn, "values", values, 2)
         m = io.check_mask(fn, mask, r.shape)
+        v = io.float_array(fn, "values", values, 2)
         arrays = {"token_level_rewards": io.clean(r, m), "values": io.clean(v.astype(r.dtype), m),
                   "response_mask": io.as_mask_of(m, r.dtype)}
-        return self._worker.call("advantage", arrays, {"name": "gae", "gamma": float(gamma), "lam": float(lam)})["outputs"]
+        out = self._worker.call("advantage", arrays, {"name": "gae", "gamma": float(gamma), "lam": float(lam)})["outputs"]
+        return out, m, r.dtype
 
     def gae(self, token_rewards: Any, values: Any, mask: Any, *, gamma: float = 1.0, lam: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-        r = io.float_array("gae", "token_rewards", token_rewards, 2)
-        m = io.check_mask("gae", mask, r.shape)
-        out = self._gae(token_rewards, values, mask, gamma, lam)
+        out, m, dtype = self._gae(token_rewards, values, mask, gamma, lam)
         returns = np.asarray(out["returns"], dtype=np.float64)
         advantages = returns - io.clean(np.asarray(values, dtype=np.float64), m)
-        return io.masked_out(advantages, m, r.dtype), io.masked_out(returns, m, r.dtype)
+        return io.masked_out(advantages, m, dtype), io.masked_out(returns, m, dtype)
 
     def gae_whitened(self, token_rewards: Any, values: Any, mask: Any, *, gamma: float = 1.0, lam: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """``compute_gae_advantage_return`` as verl returns it: (whitened advantages, returns)."""
-        r = io.float_array("gae", "token_rewards", token_rewards, 2)
-        m = io.check_mask("gae", mask, r.shape)
-        out = self._gae(token_rewards, values, mask, gamma, lam)
-        return io.masked_out(out["advantages"], m, r.dtype), io.masked_out(out["returns"], m, r.dtype)
+        out, m, dtype = self._gae(token_rewards, values, mask, gamma, lam)
+        return io.masked_out(out["advantages"], m, dtype), io.masked_out(out["returns"], m, dtype)
 
     def whiten(self, x: Any, mask: Any, *, shift_mean: bool = True) -> np.ndarray:
         fn = "whiten"
@@ -209,27 +135,11 @@ class VerlAdapter:
     KL_NAMES = {"k1": "k1", "k2": "k2", "k3": "k3"}
 
     def _kl(self, logp: Any, ref_logp: Any, mask: Any, estimator: str, upstream: Any = None, *, name: str | None = None) -> np.ndarray:
-        fn = "kl_penalty"
-        lp = io.float_array(fn, "logp", logp, 2)
-        ref = io.float_array(fn, "ref_logp", ref_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
+        lp, ref, m = self._kl_inputs(logp, ref_logp, mask, estimator if name is None else None)
         if name is None:
-            if estimator not in self.KL_NAMES:
-                raise io.fail(fn, "estimator", f"expected 'k1', 'k2' or 'k3', got {estimator!r}")
             name = self.KL_NAMES[estimator]
         arrays = {"logprob": io.clean(lp, m), "ref_logprob": io.clean(ref, m)}
-        if upstream is None:
-            out = self._worker.call("kl_penalty", arrays, {"kl_penalty": name})["outputs"]["kl"]
-            return io.masked_out(out, m, lp.dtype)
-        up = io.clean(np.asarray(upstream, dtype=lp.dtype), m)
-        g = self._worker.call("kl_penalty", arrays, {"kl_penalty": name}, wrt=["logprob"], upstream={"kl": up})["grads"]["logprob"]
-        return io.masked_out(g, m, lp.dtype)
-
-    def kl_penalty(self, logp: Any, ref_logp: Any, mask: Any, *, estimator: str = "k1") -> np.ndarray:
-        return self._kl(logp, ref_logp, mask, estimator)
-
-    def kl_penalty_grad(self, logp: Any, ref_logp: Any, mask: Any, upstream: Any, *, estimator: str = "k1") -> np.ndarray:
-        return self._kl(logp, ref_logp, mask, estimator, upstream)
+        return self._token_op("kl_penalty", arrays, {"kl_penalty": name}, "kl", "logprob", m, lp.dtype, upstream)
 
     def verl_kl_penalty(self, logp: Any, ref_logp: Any, mask: Any, name: str, upstream: Any = None) -> np.ndarray:
         """``core_algos.kl_penalty`` under verl's own name (``"kl"``, ``"abs"``, ``"mse"``, ``"low_var_kl"``,
@@ -240,19 +150,9 @@ class VerlAdapter:
     # policy and value losses (the per-token matrix verl aggregates)
     # ------------------------------------------------------------------------------------------
 
-    def _policy(self, fn: str, name: str, logp: Any, old_logp: Any, advantages: Any, mask: Any, config: dict[str, Any], upstream: Any = None) -> np.ndarray:
-        lp = io.float_array(fn, "logp", logp, 2)
-        old = io.float_array(fn, "old_logp", old_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
-        arrays = {"old_log_prob": io.clean(old, m), "log_prob": io.clean(lp, m),
-                  "advantages": io.per_token(advantages, m, fn, lp.dtype), "response_mask": io.as_mask_of(m, lp.dtype)}
-        params = {"name": name, "loss_agg_mode": "token-mean", "config": config}
-        if upstream is None:
-            out = self._worker.call("policy_loss", arrays, params)["outputs"]["per_token"]
-            return io.masked_out(out, m, lp.dtype)
-        up = io.clean(np.asarray(upstream, dtype=lp.dtype), m)
-        g = self._worker.call("policy_loss", arrays, params, wrt=["log_prob"], upstream={"per_token": up})["grads"]["log_prob"]
-        return io.masked_out(g, m, lp.dtype)
+    @staticmethod
+    def _loss_params(name: str, config: dict[str, Any]) -> dict[str, Any]:
+        return {"name": name, "loss_agg_mode": "token-mean", "config": config}
 
     @staticmethod
     def _ppo_config(eps_low: float, eps_high: float, dual_clip: float | None) -> dict[str, Any]:
@@ -261,17 +161,11 @@ class VerlAdapter:
         return {"clip_ratio": float(eps_low), "clip_ratio_low": float(eps_low), "clip_ratio_high": float(eps_high),
                 "clip_ratio_c": float("inf") if dual_clip is None else float(dual_clip)}
 
-    def ppo_token_loss(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None) -> np.ndarray:
-        return self._policy("ppo_token_loss", "vanilla", logp, old_logp, advantages, mask, self._ppo_config(eps_low, eps_high, dual_clip))
+    def _ppo_params(self, eps_low: float, eps_high: float, dual_clip: float | None) -> dict[str, Any]:
+        return self._loss_params("vanilla", self._ppo_config(eps_low, eps_high, dual_clip))
 
-    def ppo_token_loss_grad(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, upstream: Any, *, eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None) -> np.ndarray:
-        return self._policy("ppo_token_loss", "vanilla", logp, old_logp, advantages, mask, self._ppo_config(eps_low, eps_high, dual_clip), upstream)
-
-    def gspo_token_loss(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, eps_low: float = 3e-4, eps_high: float = 4e-4) -> np.ndarray:
-        return self._policy("gspo_token_loss", "gspo", logp, old_logp, advantages, mask, self._ppo_config(eps_low, eps_high, None))
-
-    def gspo_token_loss_grad(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, upstream: Any, *, eps_low: float = 3e-4, eps_high: float = 4e-4) -> np.ndarray:
-        return self._policy("gspo_token_loss", "gspo", logp, old_logp, advantages, mask, self._ppo_config(eps_low, eps_high, None), upstream)
+    def _gspo_params(self, eps_low: float, eps_high: float) -> dict[str, Any]:
+        return self._loss_params("gspo", self._ppo_config(eps_low, eps_high, None))
 
     @staticmethod
     def _cispo_config(eps_low: float | None, eps_high: float, bound: str) -> dict[str, Any]:
@@ -282,32 +176,13 @@ class VerlAdapter:
         return {"clip_ratio": low, "clip_ratio_low": low, "clip_ratio_high": high}
 
     def cispo_token_loss(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, eps_low: float | None = None, eps_high: float = 0.28, bound: str = "relative") -> np.ndarray:
-        return self._policy("cispo_token_loss", "cispo", logp, old_logp, advantages, mask, self._cispo_config(eps_low, eps_high, bound))
+        return self._policy("cispo_token_loss", self._loss_params("cispo", self._cispo_config(eps_low, eps_high, bound)), logp, old_logp, advantages, mask)
 
     def cispo_token_loss_grad(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, upstream: Any, *, eps_low: float | None = None, eps_high: float = 0.28, bound: str = "relative") -> np.ndarray:
-        return self._policy("cispo_token_loss", "cispo", logp, old_logp, advantages, mask, self._cispo_config(eps_low, eps_high, bound), upstream)
+        return self._policy("cispo_token_loss", self._loss_params("cispo", self._cispo_config(eps_low, eps_high, bound)), logp, old_logp, advantages, mask, upstream)
 
-    def _value(self, values: Any, old_values: Any, returns: Any, mask: Any, clip: float | None, upstream: Any = None) -> np.ndarray:
-        fn = "value_token_loss"
-        v = io.float_array(fn, "values", values, 2)
-        m = io.check_mask(fn, mask, v.shape)
-        old = io.float_array(fn, "old_values", old_values, 2).astype(v.dtype)
-        ret = io.float_array(fn, "returns", returns, 2).astype(v.dtype)
-        arrays = {"vpreds": io.clean(v, m), "values": io.clean(old, m), "returns": io.clean(ret, m),
-                  "response_mask": io.as_mask_of(m, v.dtype)}
-        params = {"cliprange_value": float("inf") if clip is None else float(clip), "loss_agg_mode": "token-mean"}
-        if upstream is None:
-            out = self._worker.call("value_loss", arrays, params)["outputs"]["loss_mat"]
-            return io.masked_out(0.5 * np.asarray(out, dtype=np.float64), m, v.dtype)
-        up = io.clean(np.asarray(upstream, dtype=v.dtype), m) * v.dtype.type(0.5)
-        g = self._worker.call("value_loss", arrays, params, wrt=["vpreds"], upstream={"loss_mat": up})["grads"]["vpreds"]
-        return io.masked_out(g, m, v.dtype)
-
-    def value_token_loss(self, values: Any, old_values: Any, returns: Any, mask: Any, *, clip: float | None = None) -> np.ndarray:
-        return self._value(values, old_values, returns, mask, clip)
-
-    def value_token_loss_grad(self, values: Any, old_values: Any, returns: Any, mask: Any, upstream: Any, *, clip: float | None = None) -> np.ndarray:
-        return self._value(values, old_values, returns, mask, clip, upstream)
+    def _value_params(self, clip: float | None) -> dict[str, Any]:
+        return {"cliprange_value": float("inf") if clip is None else float(clip), "loss_agg_mode": "token-mean"}
 
     # ------------------------------------------------------------------------------------------
     # agg.*
@@ -328,10 +203,7 @@ class VerlAdapter:
             "loss_scale_factor": None if norm_length is None else float(norm_length),
         }
         arrays = {"loss_mat": io.clean(x, m), "loss_mask": io.as_mask_of(m, x.dtype)}
-        if upstream is None:
-            return x.dtype.type(self._worker.call("agg_loss", arrays, params)["outputs"]["loss"])
-        g = self._worker.call("agg_loss", arrays, params, wrt=["loss_mat"], upstream={"loss": float(upstream)})["grads"]["loss_mat"]
-        return io.masked_out(g, m, x.dtype)
+        return self._scalar_loss("agg_loss", arrays, params, "loss_mat", m, x.dtype, upstream)
 
     def aggregate(self, token_loss: Any, mask: Any, *, mode: str, norm_length: float | None = None, num_tokens: float | None = None, num_seqs: float | None = None) -> Any:
         return self._aggregate(token_loss, mask, mode, norm_length, num_tokens, num_seqs)
@@ -360,23 +232,9 @@ class VerlAdapter:
             "global_batch_size": float(sum(m.shape[0] for m in ms)),
             "loss_scale_factor": None if norm_length is None else float(norm_length),
         }
-        out = []
-        for x, m in zip(xs, ms):
-            arrays = {"loss_mat": io.clean(x, m), "loss_mask": io.as_mask_of(m, x.dtype)}
-            if upstream is None:
-                out.append(x.dtype.type(self._worker.call("agg_loss", arrays, params)["outputs"]["loss"]))
-            else:
-                g = self._worker.call("agg_loss", arrays, params, wrt=["loss_mat"], upstream={"loss": float(upstream)})
-                out.append(io.masked_out(g["grads"]["loss_mat"], m, x.dtype))
-        return out
-
-    def micro_batched_loss(self, token_loss_chunks: Any, mask_chunks: Any, *, mode: str, norm_length: float | None = None,
-                           dp_world_size: int = 1) -> list[Any]:
-        return self._micro_batched(token_loss_chunks, mask_chunks, mode, norm_length, dp_world_size)
-
-    def micro_batched_loss_grad(self, token_loss_chunks: Any, mask_chunks: Any, upstream: Any, *, mode: str,
-                                norm_length: float | None = None, dp_world_size: int = 1) -> list[Any]:
-        return self._micro_batched(token_loss_chunks, mask_chunks, mode, norm_length, dp_world_size, upstream)
+        return [self._scalar_loss("agg_loss", {"loss_mat": io.clean(x, m), "loss_mask": io.as_mask_of(m, x.dtype)}, params,
+                                  "loss_mat", m, x.dtype, upstream)
+                for x, m in zip(xs, ms)]
 
 
 __all__ = ["VerlAdapter"]

@@ -10,6 +10,10 @@ Two kinds of rows:
 - ``composition_row``: a framework result that is a composition of spec quantities (an aggregated
   loss: value and gradient), compared with candidate compositions in order: the canonical one
   (``pass``), then named variants (``preset``), else ``fail`` with the canonical mismatch.
+
+What both frameworks' loss rows use: ``loss_call`` / ``mean_over_ranks`` (an aggregation call, whole or
+split over data-parallel ranks), the oracle pieces and their aggregation (``policy_piece``,
+``value_piece``, ``compose``, ``aggregate_eval``, ``value_loss_candidates``) and the seeded loss batch.
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ from typing import Any
 
 import numpy as np
 
+import oracle
 from conformance import cases
 from conformance.differential import run_case
 from conformance.registry import BY_FUNCTION
 from conformance.suite import RowResult, seeds_for
-from conformance.trl_checks import Comparison
+from conformance.trl_checks import Comparison, Piece
 from conformance.tolerances import Tol, tolerance
 
 # ---------------------------------------------------------------------------------------------
@@ -193,6 +198,87 @@ def loss_tolerances(dtype: str, spec_id: str = "loss.ppo") -> dict[str, Tol]:
     return {"value": tolerance("agg", dtype, "value"), "grad": tolerance(spec_id, dtype, "grad")}
 
 
+def value_and_grad_tolerances(spec_id: str, dtype: str) -> dict[str, Tol]:
+    return {"value": tolerance(spec_id, dtype, "value"), "grad": tolerance(spec_id, dtype, "grad")}
+
+
+def fmt(kw: dict[str, Any]) -> str:
+    """``k=v, ...`` for a row's formula and labels."""
+    return ", ".join(f"{k}={v!r}" for k, v in kw.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# Aggregated losses: the framework's call and the oracle's composition
+# ---------------------------------------------------------------------------------------------
+
+
+def loss_call(adapter: Any, op: str, loss_name: str, x: np.ndarray, m: np.ndarray, params: dict[str, Any]) -> dict[str, Any]:
+    """The framework's aggregation ``op`` on float32 (``loss_name`` = ``x``, ``loss_mask`` = ``m``):
+    ``{"value": loss, "grad[token_loss]": d loss / d x}``."""
+    r = adapter.call(op, {loss_name: x.astype(np.float32), "loss_mask": m.astype(np.float32)}, params,
+                     wrt=[loss_name], upstream={"loss": 1.0})
+    return {"value": r["outputs"]["loss"], "grad[token_loss]": r["grads"][loss_name]}
+
+
+def mean_over_ranks(call: Callable[[np.ndarray], dict[str, Any]], m: np.ndarray, dp: int) -> dict[str, Any]:
+    """The batch's rows split over ``dp`` data-parallel ranks, ``call(rows)`` per rank (a ``loss_call``);
+    DDP averages the ranks' gradients, so the effective loss is the mean of the rank losses."""
+    value, grad = 0.0, np.zeros(m.shape)
+    for rows in np.array_split(np.arange(m.shape[0]), dp):
+        r = call(rows)
+        value += float(r["value"]) / dp
+        grad[rows] = r["grad[token_loss]"] / dp
+    return {"value": value, "grad[token_loss]": grad}
+
+
+def aggregate_eval(x: np.ndarray, m: np.ndarray, agg: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+    """``aggregate(x, m, **agg)`` and its gradient w.r.t. ``token_loss``, as a candidate's ``evaluate``."""
+    return lambda: {"value": oracle.aggregate(x, m, **agg), "grad[token_loss]": oracle.aggregate_grad(x, m, 1.0, **agg)}
+
+
+def broadcast_advantages(batch: dict[str, np.ndarray]) -> np.ndarray:
+    """The batch's advantages as ``[B, T]`` (``[B]`` ones broadcast over the tokens)."""
+    a = batch["advantages"]
+    return a if a.ndim == 2 else np.broadcast_to(a[:, None], batch["mask"].shape).copy()
+
+
+def policy_piece(function: str, lp: np.ndarray, b: dict[str, np.ndarray], **kw: Any) -> Piece:
+    """The oracle's ``function`` (``ppo_token_loss``, ...) on the batch ``b`` at ``lp``, with its VJP."""
+    loss, grad = getattr(oracle, function), getattr(oracle, f"{function}_grad")
+    A, m, old = b["advantages"], b["mask"], b["old_logp"]
+    return Piece(loss(lp, old, A, m, **kw), lambda u: grad(lp, old, A, m, u, **kw))
+
+
+def value_piece(v: np.ndarray, b: dict[str, np.ndarray], **kw: Any) -> Piece:
+    """The oracle's ``value_token_loss`` on the batch ``b`` at ``v``, with its VJP."""
+    m, old, R = b["mask"], b["old_values"], b["returns"]
+    return Piece(oracle.value_token_loss(v, old, R, m, **kw), lambda u: oracle.value_token_loss_grad(v, old, R, m, u, **kw))
+
+
+def compose(piece: Piece, m: np.ndarray, agg: dict[str, Any], grad_key: str) -> dict[str, Any]:
+    """``{"value": aggregate(piece), grad_key: its gradient}`` (the chain through ``piece.vjp``)."""
+    value = oracle.aggregate(piece.value, m, **agg)
+    w = oracle.aggregate_grad(piece.value, m, 1.0, **agg)
+    return {"value": value, grad_key: piece.vjp(w)}
+
+
+def value_loss_candidates(framework: str, batch: dict[str, np.ndarray], agg: dict[str, Any],
+                          asked: dict[str, Any]) -> list[Candidate]:
+    """An aggregated value loss: ``aggregate(value_token_loss(**asked), **agg)`` (canonical), then with
+    ``framework``'s value preset (value and gradient w.r.t. ``values``)."""
+    m = batch["mask"]
+
+    def ev(kwargs: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+        return lambda: compose(value_piece(batch["values"], batch, **kwargs), m, agg, "grad[values]")
+
+    preset = {**oracle.presets.preset_kwargs(framework, "value_token_loss"), **asked}
+    cands = [Candidate("canonical", f"aggregate(value_token_loss({fmt(asked)}), {fmt(agg)})", ev(asked))]
+    if preset != asked:
+        cands.append(Candidate(fmt(preset), f"aggregate(value_token_loss({fmt(preset)}), {fmt(agg)})", ev(preset),
+                               preset=framework, kwargs=preset))
+    return cands
+
+
 # ---------------------------------------------------------------------------------------------
 # The loss batch: token-aligned [B, T], ragged, with finite garbage at every masked position
 # ---------------------------------------------------------------------------------------------
@@ -298,4 +384,6 @@ NP = {"float64": np.float64, "float32": np.float32}
 
 
 __all__ = ["FunctionView", "fixed_row", "Candidate", "composition_row", "not_implemented_row", "loss_batch",
-           "round_batch", "upstream_for", "loss_tolerances", "loss_mask", "B", "T", "NP"]
+           "round_batch", "upstream_for", "loss_tolerances", "value_and_grad_tolerances", "fmt", "loss_call",
+           "mean_over_ranks", "aggregate_eval", "broadcast_advantages", "policy_piece", "value_piece", "compose",
+           "value_loss_candidates", "loss_mask", "B", "T", "NP"]

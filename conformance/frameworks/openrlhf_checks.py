@@ -30,14 +30,23 @@ import oracle
 from conformance.frameworks.checks import (
     Candidate,
     FunctionView,
+    aggregate_eval,
+    broadcast_advantages,
+    compose,
     composition_row,
     fixed_row,
+    fmt,
     loss_batch,
+    loss_call,
     loss_tolerances,
+    mean_over_ranks,
+    not_implemented_row,
+    policy_piece,
     round_batch,
     upstream_for,
+    value_and_grad_tolerances,
+    value_loss_candidates,
 )
-from conformance.frameworks.verl_checks import _compose, _cispo, _fmt, _gspo, _ppo, _value  # noqa: F401  (shared pieces)
 from conformance.suite import RowResult
 from conformance.tolerances import tolerance
 
@@ -70,7 +79,7 @@ def _spec_agg(token_level: bool, info: dict[str, Any] | None, m: np.ndarray, *, 
 def agg_rows(adapter: Any, seed: int) -> list[RowResult]:
     batch = round_batch(loss_batch(seed), DTYPE)
     m, x = batch["mask"], batch["token_loss"]
-    tol = {"value": tolerance("agg", DTYPE, "value"), "grad": tolerance("agg", DTYPE, "grad")}
+    tol = value_and_grad_tolerances("agg", DTYPE)
     info = _trainer_info(adapter, m)
     rows = []
     for token_level in (True, False):
@@ -81,9 +90,7 @@ def agg_rows(adapter: Any, seed: int) -> list[RowResult]:
                 kw.update(info)
 
             def got(kw: dict[str, Any] = kw) -> dict[str, Any]:
-                r = adapter.call("aggregate_loss", {"loss": x.astype(np.float32), "loss_mask": m.astype(np.float32)}, kw,
-                                 wrt=["loss"], upstream={"loss": 1.0})
-                return {"value": r["outputs"]["loss"], "grad[token_loss]": r["grads"]["loss"]}
+                return loss_call(adapter, "aggregate_loss", "loss", x, m, kw)
 
             rows.append(composition_row(f"openrlhf.aggregate_loss[{level},{scope}]", "agg", "openrlhf.aggregate_loss", adapter, got,
                                         _agg_candidates(x, m, token_level), tol, seed=seed))
@@ -92,34 +99,25 @@ def agg_rows(adapter: Any, seed: int) -> list[RowResult]:
 
 
 def _agg_candidates(x: np.ndarray, m: np.ndarray, token_level: bool) -> list[Candidate]:
-    def ev(agg: dict[str, Any]) -> Any:
-        return lambda: {"value": oracle.aggregate(x, m, **agg), "grad[token_loss]": oracle.aggregate_grad(x, m, 1.0, **agg)}
-
     spec = _spec_agg(token_level, None, m, rows_with_tokens=False)
-    cands = [Candidate("canonical", f"aggregate({_fmt(spec)})", ev(spec))]
+    cands = [Candidate("canonical", f"aggregate({fmt(spec)})", aggregate_eval(x, m, spec))]
     if not token_level:
         alt = _spec_agg(token_level, None, m, rows_with_tokens=True)
-        cands.append(Candidate("num_seqs = rows with a valid token", f"aggregate({_fmt(alt)})", ev(alt),
+        cands.append(Candidate("num_seqs = rows with a valid token", f"aggregate({fmt(alt)})", aggregate_eval(x, m, alt),
                                kwargs={"num_seqs": "rows with a valid token (loss.py:32-38, loss_utils.py:40-43)"}))
     return cands
 
 
 def dp_row(adapter: Any, batch: dict[str, np.ndarray], token_level: bool, seed: int, tol: dict[str, Any], dp: int = 2) -> RowResult:
     """Two data-parallel ranks with the global normalisers (token count, non-empty rows) and ``dp_size``;
-    DeepSpeed/DDP average the ranks' gradients, so the effective loss is the mean of the rank losses."""
+    DeepSpeed/DDP average the ranks' gradients (``checks.mean_over_ranks``)."""
     m, x = batch["mask"], batch["token_loss"]
     info = _trainer_info(adapter, m)
-    parts = np.array_split(np.arange(m.shape[0]), dp)
+    params = {"token_level_loss": token_level, "dp_size": dp, "batch_num_tokens": info["batch_num_tokens"],
+              "global_batch_size": info["global_batch_size"]}
 
     def got() -> dict[str, Any]:
-        value, grad = 0.0, np.zeros(m.shape)
-        for rows in parts:
-            r = adapter.call("aggregate_loss", {"loss": x[rows].astype(np.float32), "loss_mask": m[rows].astype(np.float32)},
-                             {"token_level_loss": token_level, "dp_size": dp, "batch_num_tokens": info["batch_num_tokens"],
-                              "global_batch_size": info["global_batch_size"]}, wrt=["loss"], upstream={"loss": 1.0})
-            value += float(r["outputs"]["loss"]) / dp
-            grad[rows] = r["grads"]["loss"] / dp
-        return {"value": value, "grad[token_loss]": grad}
+        return mean_over_ranks(lambda rows: loss_call(adapter, "aggregate_loss", "loss", x[rows], m[rows], params), m, dp)
 
     level = "token" if token_level else "sample"
     return composition_row(f"openrlhf.aggregate_loss[{level},dp={dp}]", "agg", "openrlhf.aggregate_loss", adapter, got,
@@ -135,7 +133,7 @@ def dp_row(adapter: Any, batch: dict[str, np.ndarray], token_level: bool, seed: 
 def policy_row(adapter: Any, seed: int, init: dict[str, Any], asked: dict[str, Any], *, per_token_advantages: bool = False,
                trainer: bool = True) -> RowResult:
     kind = init.get("policy_loss_type", "ppo")
-    piece_fn, function, spec_id = (_gspo, "gspo_token_loss", "loss.gspo") if kind == "gspo" else (_ppo, "ppo_token_loss", "loss.ppo")
+    function, spec_id = ("gspo_token_loss", "loss.gspo") if kind == "gspo" else ("ppo_token_loss", "loss.ppo")
     batch = round_batch(loss_batch(seed, per_token_advantages=per_token_advantages, kinks=KINKS,
                                    seq_kinks=SEQ_KINKS if kind == "gspo" else ()), DTYPE)
     m = batch["mask"]
@@ -143,9 +141,8 @@ def policy_row(adapter: Any, seed: int, init: dict[str, Any], asked: dict[str, A
     info = _trainer_info(adapter, m) if trainer else {}
 
     def got() -> dict[str, Any]:
-        adv = batch["advantages"] if batch["advantages"].ndim == 2 else np.broadcast_to(batch["advantages"][:, None], m.shape)
         arrays = {"log_probs": batch["logp"].astype(np.float32), "old_log_probs": batch["old_logp"].astype(np.float32),
-                  "advantages": np.ascontiguousarray(adv, dtype=np.float32), "action_mask": m.astype(np.float32)}
+                  "advantages": broadcast_advantages(batch).astype(np.float32), "action_mask": m.astype(np.float32)}
         r = adapter.call("policy_loss", arrays, {"init": init, **info}, wrt=["log_probs"], upstream={"loss": 1.0})
         return {"value": r["outputs"]["loss"], "grad[logp]": r["grads"]["log_probs"]}
 
@@ -160,13 +157,12 @@ def policy_row(adapter: Any, seed: int, init: dict[str, Any], asked: dict[str, A
             diff = {k: v for k, v in kw.items() if asked.get(k, object()) != v}
 
             def ev(kw: dict[str, Any] = kw, agg: dict[str, Any] = agg) -> dict[str, Any]:
-                out = _compose(piece_fn(batch["logp"], batch, **kw), m, agg)
-                return {"value": out["value"], "grad[logp]": out["grad"]}
+                return compose(policy_piece(function, batch["logp"], batch, **kw), m, agg, "grad[logp]")
 
             lab = "canonical" if label == "canonical" and not rows_with_tokens else ", ".join(
-                x for x in (_fmt(diff), s_note.strip(", ")) if x)
+                x for x in (fmt(diff), s_note.strip(", ")) if x)
             extra = {"num_seqs": "rows with a valid token"} if rows_with_tokens else {}
-            cands.append(Candidate(lab, f"aggregate({function}({_fmt(kw)}), {_fmt(agg)})", ev,
+            cands.append(Candidate(lab, f"aggregate({function}({fmt(kw)}), {fmt(agg)})", ev,
                                    preset=name, kwargs={**diff, **extra}))
     parts = [kind] + [f"{k}={v}" for k, v in init.items() if k != "policy_loss_type"] + (["A=[B,T]"] if per_token_advantages else []) \
         + ([] if trainer else ["local"])
@@ -186,19 +182,8 @@ def value_row(adapter: Any, seed: int, clip_eps: float | None, asked: dict[str, 
         r = adapter.call("value_loss", arrays, {"clip_eps": clip_eps, **info}, wrt=["values"], upstream={"loss": 1.0})
         return {"value": r["outputs"]["loss"], "grad[values]": r["grads"]["values"]}
 
-    def ev(kw: dict[str, Any]) -> Any:
-        def run() -> dict[str, Any]:
-            out = _compose(_value(batch["values"], batch, **kw), m, agg)
-            return {"value": out["value"], "grad[values]": out["grad"]}
-        return run
-
-    preset = {**oracle.presets.preset_kwargs("openrlhf", "value_token_loss"), **asked}
-    cands = [Candidate("canonical", f"aggregate(value_token_loss({_fmt(asked)}), {_fmt(agg)})", ev(asked))]
-    if preset != asked:
-        cands.append(Candidate(_fmt(preset), f"aggregate(value_token_loss({_fmt(preset)}), {_fmt(agg)})", ev(preset),
-                               preset="openrlhf", kwargs=preset))
-    return composition_row(f"openrlhf.ValueLoss[clip_eps={clip_eps}]", "loss.value+agg", "openrlhf.ValueLoss", adapter, got, cands,
-                           loss_tolerances(DTYPE, "loss.value"), seed=seed)
+    return composition_row(f"openrlhf.ValueLoss[clip_eps={clip_eps}]", "loss.value+agg", "openrlhf.ValueLoss", adapter, got,
+                           value_loss_candidates("openrlhf", batch, agg, asked), loss_tolerances(DTYPE, "loss.value"), seed=seed)
 
 
 def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
@@ -258,16 +243,16 @@ def kl_batch_row(adapter: Any, seed: int, est: str, *, unbiased: bool) -> RowRes
 
     canonical = {"estimator": est}
     preset = {**canonical, **oracle.presets.preset_kwargs("openrlhf", "kl_penalty")}
-    cands = [Candidate("canonical", f"kl_penalty({_fmt(canonical)})", ev(canonical, False)),
-             Candidate(_fmt({"clamp": preset.get("clamp")}), f"kl_penalty({_fmt(preset)})", ev(preset, False), preset="openrlhf",
+    cands = [Candidate("canonical", f"kl_penalty({fmt(canonical)})", ev(canonical, False)),
+             Candidate(fmt({"clamp": preset.get("clamp")}), f"kl_penalty({fmt(preset)})", ev(preset, False), preset="openrlhf",
                        kwargs={"clamp": preset.get("clamp")})]
     if unbiased:
         cands = [Candidate("clamp=10.0, gradient w*(logp - ref), w = min(pi/pi_old, 10) detached",
-                           f"value kl_penalty({_fmt(preset)}), gradient kl_penalty_grad(estimator='k2', upstream*w)",
+                           f"value kl_penalty({fmt(preset)}), gradient kl_penalty_grad(estimator='k2', upstream*w)",
                            ev(preset, True), kwargs={"clamp": 10.0, "gradient": "k2 x detached IS weight (unbiased_gradient)"})] + cands
-    tol = {"value": tolerance("kl.estimator", DTYPE, "value"), "grad": tolerance("kl.estimator", DTYPE, "grad")}
     rid = f"openrlhf.compute_approx_kl[{est},loss batch{',unbiased_gradient' if unbiased else ''}]"
-    return composition_row(rid, "kl.estimator", "openrlhf.compute_approx_kl", adapter, got, cands, tol, seed=seed)
+    return composition_row(rid, "kl.estimator", "openrlhf.compute_approx_kl", adapter, got, cands,
+                           value_and_grad_tolerances("kl.estimator", DTYPE), seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,8 +262,6 @@ def kl_batch_row(adapter: Any, seed: int, est: str, *, unbiased: bool) -> RowRes
 
 def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
     if not adapter.has_experience_maker:
-        from conformance.frameworks.checks import not_implemented_row
-
         return [not_implemented_row("openrlhf.advantages", "adv.*", "openrlhf.compute_advantages_and_returns", adapter,
                                     "openrlhf.trainer.ppo_utils.experience_maker did not import in the worker")]
 
@@ -320,7 +303,7 @@ def reinforce_baseline_row(adapter: Any, seed: int, G: int = 2) -> RowResult:
         return run
 
     cands = [Candidate("canonical", "whiten(grpo_advantages(scale='none') on every valid token)", ev({})),
-             Candidate(_fmt(WHITEN_PRESET), f"whiten(grpo_advantages(scale='none') on every valid token, {_fmt(WHITEN_PRESET)})",
+             Candidate(fmt(WHITEN_PRESET), f"whiten(grpo_advantages(scale='none') on every valid token, {fmt(WHITEN_PRESET)})",
                        ev(WHITEN_PRESET), preset="openrlhf", kwargs=WHITEN_PRESET)]
     tol = {"value": tolerance("adv.whiten", DTYPE, "value")}
     return composition_row("openrlhf.advantages[reinforce_baseline]", "adv.grpo+adv.whiten", "openrlhf.compute_advantages_and_returns",
@@ -348,7 +331,7 @@ def gae_row(adapter: Any, seed: int, gamma: float, lam: float) -> RowResult:
         return run
 
     cands = [Candidate("canonical", f"whiten(gae(gamma={gamma:g}, lam={lam:g}).advantages), gae(...).returns", ev({})),
-             Candidate(_fmt(WHITEN_PRESET), f"whiten(gae(gamma={gamma:g}, lam={lam:g}).advantages, {_fmt(WHITEN_PRESET)}), gae(...).returns",
+             Candidate(fmt(WHITEN_PRESET), f"whiten(gae(gamma={gamma:g}, lam={lam:g}).advantages, {fmt(WHITEN_PRESET)}), gae(...).returns",
                        ev(WHITEN_PRESET), preset="openrlhf", kwargs=WHITEN_PRESET)]
     tol = {"value": tolerance("adv.whiten", DTYPE, "value"), "returns": tolerance("adv.gae", DTYPE, "value")}
     return composition_row(f"openrlhf.advantages[gae,gamma={gamma:g},lambd={lam:g}]", "adv.gae+adv.whiten",

@@ -36,13 +36,22 @@ from conformance.frameworks.checks import (
     NP,
     Candidate,
     FunctionView,
+    aggregate_eval,
+    broadcast_advantages,
+    compose,
     composition_row,
     fixed_row,
+    fmt,
     loss_batch,
+    loss_call,
     loss_tolerances,
+    mean_over_ranks,
     not_implemented_row,
+    policy_piece,
     round_batch,
     upstream_for,
+    value_and_grad_tolerances,
+    value_loss_candidates,
 )
 from conformance.suite import RowResult
 from conformance.tolerances import tolerance
@@ -64,11 +73,6 @@ def _mask(batch: dict[str, np.ndarray], dtype: str = DTYPE) -> np.ndarray:
     return batch["mask"].astype(NP[dtype])
 
 
-def _advantages(batch: dict[str, np.ndarray]) -> np.ndarray:
-    a = batch["advantages"]
-    return a if a.ndim == 2 else np.broadcast_to(a[:, None], batch["mask"].shape).copy()
-
-
 def _global(mode: str, m: np.ndarray, global_info: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """(verl keyword arguments, spec aggregate keywords) for ``mode`` with or without global batch info."""
     spec: dict[str, Any] = {"mode": SPEC_MODE[mode]}
@@ -85,17 +89,6 @@ def _global(mode: str, m: np.ndarray, global_info: bool) -> tuple[dict[str, Any]
     return verl, spec
 
 
-def _compose(piece: Any, m: np.ndarray, agg: dict[str, Any], scale: float = 1.0) -> dict[str, Any]:
-    """value and gradient of ``scale * aggregate(piece)`` (``piece``: ``trl_checks.Piece``)."""
-    value = scale * oracle.aggregate(piece.value, m, **agg)
-    w = scale * oracle.aggregate_grad(piece.value, m, 1.0, **agg)
-    return {"value": value, "grad": piece.vjp(w)}
-
-
-def _fmt(kw: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in kw.items())
-
-
 # ---------------------------------------------------------------------------------------------
 # agg_loss
 # ---------------------------------------------------------------------------------------------
@@ -107,24 +100,19 @@ def agg_rows(adapter: Any, seed: int) -> list[RowResult]:
     m = batch["mask"]
     x = batch["token_loss"]
     nonempty = float((m.sum(axis=1) > 0).sum())
-    tol = {"value": tolerance("agg", DTYPE, "value"), "grad": tolerance("agg", DTYPE, "grad")}
+    tol = value_and_grad_tolerances("agg", DTYPE)
     for mode in MODES:
         for scope in ("global", "local"):
             kw, agg = _global(mode, m, scope == "global")
 
             def got(kw: dict[str, Any] = kw) -> dict[str, Any]:
-                r = adapter.call("agg_loss", {"loss_mat": x.astype(np.float32), "loss_mask": _mask(batch)},
-                                 {"loss_agg_mode": mode, **kw}, wrt=["loss_mat"], upstream={"loss": 1.0})
-                return {"value": r["outputs"]["loss"], "grad[token_loss]": r["grads"]["loss_mat"]}
+                return loss_call(adapter, "agg_loss", "loss_mat", x, m, {"loss_agg_mode": mode, **kw})
 
-            def ev(agg: dict[str, Any]) -> Any:
-                return lambda: {"value": oracle.aggregate(x, m, **agg), "grad[token_loss]": oracle.aggregate_grad(x, m, 1.0, **agg)}
-
-            cands = [Candidate("canonical", f"aggregate({_fmt(agg)})", ev(agg))]
+            cands = [Candidate("canonical", f"aggregate({fmt(agg)})", aggregate_eval(x, m, agg))]
             if scope == "local" and mode.startswith("seq-mean"):
                 alt = {**agg, "num_seqs": nonempty}
                 cands.append(Candidate(
-                    "num_seqs = rows with a valid token", f"aggregate({_fmt(alt)})", ev(alt),
+                    "num_seqs = rows with a valid token", f"aggregate({fmt(alt)})", aggregate_eval(x, m, alt),
                     kwargs={"num_seqs": "rows with a valid token (core_algos.py:1178-1200: seq_mask excludes fully masked rows)"}))
             rid = f"verl.agg_loss[{mode}{',local' if scope == 'local' else ''}]"
             note = "" if scope == "global" else "(no global batch info: verl's local fallback)"
@@ -135,24 +123,17 @@ def agg_rows(adapter: Any, seed: int) -> list[RowResult]:
 
 def dp_row(adapter: Any, batch: dict[str, np.ndarray], mode: str, seed: int, tol: dict[str, Any], dp: int = 2) -> RowResult:
     """The batch split over ``dp`` data-parallel ranks, each calling ``agg_loss`` with the global counts
-    and ``dp_size`` as the engine does; DDP averages the ranks' gradients, so the effective loss is the
-    mean of the rank losses. It must equal the whole-batch aggregate (value and gradient)."""
+    and ``dp_size`` as the engine does (``checks.mean_over_ranks``). It must equal the whole-batch
+    aggregate (value and gradient)."""
     m, x = batch["mask"], batch["token_loss"]
     kw, agg = _global(mode, m, True)
     kw["dp_size"] = dp
-    parts = np.array_split(np.arange(m.shape[0]), dp)
 
     def got() -> dict[str, Any]:
-        value, grad = 0.0, np.zeros(m.shape)
-        for rows in parts:
-            r = adapter.call("agg_loss", {"loss_mat": x[rows].astype(np.float32), "loss_mask": m[rows].astype(np.float32)},
-                             {"loss_agg_mode": mode, **kw}, wrt=["loss_mat"], upstream={"loss": 1.0})
-            value += float(r["outputs"]["loss"]) / dp
-            grad[rows] = r["grads"]["loss_mat"] / dp
-        return {"value": value, "grad[token_loss]": grad}
+        return mean_over_ranks(lambda rows: loss_call(adapter, "agg_loss", "loss_mat", x[rows], m[rows], {"loss_agg_mode": mode, **kw}), m, dp)
 
-    cand = Candidate("canonical", f"aggregate(whole batch, {_fmt(agg)}) = mean over {dp} ranks of agg_loss(rank, dp_size={dp}, global counts)",
-                     lambda: {"value": oracle.aggregate(x, m, **agg), "grad[token_loss]": oracle.aggregate_grad(x, m, 1.0, **agg)})
+    cand = Candidate("canonical", f"aggregate(whole batch, {fmt(agg)}) = mean over {dp} ranks of agg_loss(rank, dp_size={dp}, global counts)",
+                     aggregate_eval(x, m, agg))
     return composition_row(f"verl.agg_loss[{mode},dp={dp}]", "agg", "verl.agg_loss", adapter, got, [cand], tol, seed=seed)
 
 
@@ -161,36 +142,8 @@ def dp_row(adapter: Any, batch: dict[str, np.ndarray], mode: str, seed: int, tol
 # ---------------------------------------------------------------------------------------------
 
 
-def _ppo(lp: np.ndarray, b: dict[str, np.ndarray], **kw: Any) -> Any:
-    from conformance.trl_checks import Piece
-
-    A, m, old = b["advantages"], b["mask"], b["old_logp"]
-    return Piece(oracle.ppo_token_loss(lp, old, A, m, **kw), lambda u: oracle.ppo_token_loss_grad(lp, old, A, m, u, **kw))
-
-
-def _gspo(lp: np.ndarray, b: dict[str, np.ndarray], **kw: Any) -> Any:
-    from conformance.trl_checks import Piece
-
-    A, m, old = b["advantages"], b["mask"], b["old_logp"]
-    return Piece(oracle.gspo_token_loss(lp, old, A, m, **kw), lambda u: oracle.gspo_token_loss_grad(lp, old, A, m, u, **kw))
-
-
-def _cispo(lp: np.ndarray, b: dict[str, np.ndarray], **kw: Any) -> Any:
-    from conformance.trl_checks import Piece
-
-    A, m, old = b["advantages"], b["mask"], b["old_logp"]
-    return Piece(oracle.cispo_token_loss(lp, old, A, m, **kw), lambda u: oracle.cispo_token_loss_grad(lp, old, A, m, u, **kw))
-
-
-def _value(v: np.ndarray, b: dict[str, np.ndarray], **kw: Any) -> Any:
-    from conformance.trl_checks import Piece
-
-    m, old, R = b["mask"], b["old_values"], b["returns"]
-    return Piece(oracle.value_token_loss(v, old, R, m, **kw), lambda u: oracle.value_token_loss_grad(v, old, R, m, u, **kw))
-
-
-PIECES = {"vanilla": (_ppo, "ppo_token_loss", "loss.ppo"), "gspo": (_gspo, "gspo_token_loss", "loss.gspo"),
-          "cispo": (_cispo, "cispo_token_loss", "loss.cispo")}
+PIECES = {"vanilla": ("ppo_token_loss", "loss.ppo"), "gspo": ("gspo_token_loss", "loss.gspo"),
+          "cispo": ("cispo_token_loss", "loss.cispo")}
 
 
 def policy_row(adapter: Any, seed: int, name: str, mode: str, *, config: dict[str, Any] | None = None,
@@ -199,7 +152,7 @@ def policy_row(adapter: Any, seed: int, name: str, mode: str, *, config: dict[st
     batch info as the engine sets it). ``asked``: the spec keywords the configuration asks for
     (canonical defaults otherwise); the verl preset is tried next."""
     config, asked = dict(config or {}), dict(asked or {})
-    piece_fn, function, spec_id = PIECES[name]
+    function, spec_id = PIECES[name]
     seq_kinks = tuple(math.log(x) for x in (0.8, 1.2, 1 - 3e-4, 1 + 4e-4)) if name == "gspo" else ()
     batch = round_batch(loss_batch(seed, per_token_advantages=per_token_advantages, kinks=KINKS, seq_kinks=seq_kinks), DTYPE)
     m = batch["mask"]
@@ -207,22 +160,19 @@ def policy_row(adapter: Any, seed: int, name: str, mode: str, *, config: dict[st
 
     def got() -> dict[str, Any]:
         arrays = _arrays(batch, {"old_log_prob": "old_logp", "log_prob": "logp"})
-        arrays["advantages"] = _advantages(batch).astype(np.float32)
+        arrays["advantages"] = broadcast_advantages(batch).astype(np.float32)
         arrays["response_mask"] = _mask(batch)
         r = adapter.call("policy_loss", arrays, {"name": name, "loss_agg_mode": mode, "config": config, "global_batch_info": kw},
                          wrt=["log_prob"], upstream={"loss": 1.0})
         return {"value": r["outputs"]["loss"], "grad[logp]": r["grads"]["log_prob"]}
 
     def ev(kwargs: dict[str, Any]) -> Any:
-        def run() -> dict[str, Any]:
-            out = _compose(piece_fn(batch["logp"], batch, **kwargs), m, agg)
-            return {"value": out["value"], "grad[logp]": out["grad"]}
-        return run
+        return lambda: compose(policy_piece(function, batch["logp"], batch, **kwargs), m, agg, "grad[logp]")
 
     preset = {**oracle.presets.preset_kwargs("verl", function), **asked}
-    cands = [Candidate("canonical", f"aggregate({function}({_fmt(asked)}), {_fmt(agg)})", ev(asked))]
+    cands = [Candidate("canonical", f"aggregate({function}({fmt(asked)}), {fmt(agg)})", ev(asked))]
     if preset != asked:
-        cands.append(Candidate(_fmt({k: v for k, v in preset.items() if asked.get(k, object()) != v}), f"aggregate({function}({_fmt(preset)}), {_fmt(agg)})",
+        cands.append(Candidate(fmt({k: v for k, v in preset.items() if asked.get(k, object()) != v}), f"aggregate({function}({fmt(preset)}), {fmt(agg)})",
                                ev(preset), preset="verl", kwargs={k: v for k, v in preset.items() if asked.get(k, object()) != v}))
     parts = [name, mode] + [f"{k}={v}" for k, v in config.items()] + (["A=[B,T]"] if per_token_advantages else [])
     return composition_row(f"verl.policy_loss[{','.join(parts)}]", f"{spec_id}+agg", f"verl.compute_policy_loss_{name}",
@@ -241,19 +191,9 @@ def value_row(adapter: Any, seed: int, mode: str, cliprange: float, asked: dict[
                          wrt=["vpreds"], upstream={"loss": 1.0})
         return {"value": r["outputs"]["loss"], "grad[values]": r["grads"]["vpreds"]}
 
-    def ev(kwargs: dict[str, Any]) -> Any:
-        def run() -> dict[str, Any]:
-            out = _compose(_value(batch["values"], batch, **kwargs), m, agg)
-            return {"value": out["value"], "grad[values]": out["grad"]}
-        return run
-
-    preset = {**oracle.presets.preset_kwargs("verl", "value_token_loss"), **asked}
-    cands = [Candidate("canonical", f"aggregate(value_token_loss({_fmt(asked)}), {_fmt(agg)})", ev(asked))]
-    if preset != asked:
-        cands.append(Candidate(_fmt(preset), f"aggregate(value_token_loss({_fmt(preset)}), {_fmt(agg)})", ev(preset),
-                               preset="verl", kwargs=preset))
     return composition_row(f"verl.compute_value_loss[cliprange_value={cliprange:g},{mode}]", "loss.value+agg",
-                           "verl.compute_value_loss", adapter, got, cands, loss_tolerances(DTYPE, "loss.value"), seed=seed)
+                           "verl.compute_value_loss", adapter, got, value_loss_candidates("verl", batch, agg, asked),
+                           loss_tolerances(DTYPE, "loss.value"), seed=seed)
 
 
 def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
@@ -317,13 +257,13 @@ def kl_straight_through_row(adapter: Any, seed: int, name: str) -> RowResult:
         return lambda: {"value": oracle.kl_penalty(lp, ref, m, **value_kw), "grad[logp]": oracle.kl_penalty_grad(lp, ref, m, u, **grad_kw)}
 
     cands = [
-        Candidate("canonical", f"kl_penalty({_fmt(value_kw)}) (value and gradient)", ev(value_kw, value_kw)),
+        Candidate("canonical", f"kl_penalty({fmt(value_kw)}) (value and gradient)", ev(value_kw, value_kw)),
         Candidate("straight-through: value of " + base + ", gradient of k2",
-                  f"value kl_penalty({_fmt(value_kw)}), gradient kl_penalty_grad(estimator='k2')",
+                  f"value kl_penalty({fmt(value_kw)}), gradient kl_penalty_grad(estimator='k2')",
                   ev(value_kw, {"estimator": "k2"}), kwargs={"gradient": "k2 (straight-through)"}),
     ]
-    tol = {"value": tolerance("kl.estimator", DTYPE, "value"), "grad": tolerance("kl.estimator", DTYPE, "grad")}
-    return composition_row(f"verl.kl_penalty[{name}]", "kl.estimator", "verl.kl_penalty", adapter, got, cands, tol, seed=seed)
+    return composition_row(f"verl.kl_penalty[{name}]", "kl.estimator", "verl.kl_penalty", adapter, got, cands,
+                           value_and_grad_tolerances("kl.estimator", DTYPE), seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------

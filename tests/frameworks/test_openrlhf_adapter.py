@@ -13,30 +13,18 @@ import numpy as np
 import pytest
 
 import oracle
-from conformance.adapters import BUILTIN_ADAPTERS, load_adapter
-from conformance.adapters import subprocess_worker as sw
-from conformance.commands.check import golden_cases, load_adapters
-from conformance.registry import BY_FUNCTION
-from conformance.suite import check_row, seeds_for
+from conformance.adapters import BUILTIN_ADAPTERS
+from tests.frameworks import pinned_rows
 
-INSTALLED = sw.python_for("openrlhf")[0] is not None
-SKIP_REASON = (f"OpenRLHF is not installed: run `rlspec frameworks install openrlhf` (environments under "
-               f"{sw.frameworks_dir()}, $RLSPEC_FRAMEWORKS_DIR)")
+FRAMEWORK = "openrlhf"
+SKIP_REASON = pinned_rows.skip_reason("OpenRLHF", FRAMEWORK)
 
 
 def test_registered():
     assert BUILTIN_ADAPTERS["openrlhf"] == "conformance.adapters.openrlhf_adapter:OpenRLHFAdapter"
 
 
-def test_missing_environment_is_a_not_installed_row(monkeypatch, tmp_path):
-    monkeypatch.setenv("RLSPEC_FRAMEWORKS_DIR", str(tmp_path))
-    monkeypatch.delenv("RLSPEC_OPENRLHF_PYTHON", raising=False)
-    monkeypatch.setattr(sw, "_WORKERS", {})
-    monkeypatch.setattr(sw.importlib.util, "find_spec", lambda name, *a: None)
-    adapters, infos = load_adapters(["openrlhf"])
-    assert adapters == []
-    assert infos[0].status == "not_installed", infos[0]
-    assert "cannot import" in infos[0].message and "rlspec frameworks install openrlhf" in infos[0].message
+test_missing_environment_is_a_not_installed_row = pinned_rows.missing_environment_test(FRAMEWORK)
 
 
 CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (golden vectors included)
@@ -85,11 +73,7 @@ EXTRA = {  # row id -> (status, matched preset)
 }
 
 
-@pytest.fixture(scope="module")
-def adapter():
-    if not INSTALLED:
-        pytest.skip(SKIP_REASON)
-    return load_adapter("openrlhf")
+# the `adapter` and `extra` fixtures are in conftest.py
 
 
 @pytest.mark.frameworks
@@ -99,32 +83,8 @@ def test_adapter_attributes(adapter):
     assert adapter.has_experience_maker
 
 
-@pytest.mark.frameworks
-@pytest.mark.parametrize("function", list(CORE))
-def test_core_row(adapter, function):
-    record = BY_FUNCTION[function]
-    row = check_row(record, adapter, seeds=seeds_for(function, 0, 8), golden=golden_cases(record))
-    assert row.status == CORE[function], row.message
-
-
-@pytest.fixture(scope="module")
-def extra(adapter):
-    return {row.id: row for row in adapter.extra_rows(0)}
-
-
-@pytest.mark.frameworks
-def test_every_extra_row_is_pinned(extra):
-    assert set(extra) == set(EXTRA)
-
-
-@pytest.mark.frameworks
-@pytest.mark.parametrize("row_id", list(EXTRA))
-def test_extra_row(extra, row_id):
-    row = extra[row_id]
-    status, preset = EXTRA[row_id]
-    assert (row.status, row.matched_preset) == (status, preset), row.message
-    if status in ("pass", "preset") and "value" in row.checks:
-        assert all(v == "pass" for v in row.checks.values()), row.checks
+test_core_row = pinned_rows.core_row_test(CORE)
+test_every_extra_row_is_pinned, test_extra_row = pinned_rows.extra_row_tests(EXTRA)
 
 
 # ---------------------------------------------------------------------------------------------
