@@ -74,7 +74,8 @@ def frameworks_table() -> str:
         if path.exists():
             data = json.loads(path.read_text())
             version = next((a["version"] for a in data["adapters"] if a["name"] == name), "?")
-            columns.append((f"{name} {version}", {c["function"]: c for c in data["checks"] if c["id"] == f"{c['function']}@{name}"}))
+            rows = {c["function"]: {**c, "framework": name} for c in data["checks"] if c["id"] == f"{c['function']}@{name}"}
+            columns.append((f"{name} {version}", rows))
     lines = ["| spec id | function | " + " | ".join(c for c, _ in columns) + " |", "|---|---|" + "---|" * len(columns)]
     for q in REGISTRY:
         cells = []
@@ -83,7 +84,12 @@ def frameworks_table() -> str:
             if row is None:
                 cells.append("-")
             elif row["status"] == "preset":
-                cells.append(f"preset {row['matched_preset']}" if row["matched_preset"] else "variant: " + _kwargs(row["matched_kwargs"]))
+                presets = (row["matched_preset"] or "").split(", ")
+                if row["framework"] in presets:
+                    cells.append(f"preset {row['framework']}")
+                else:  # keywords that happen to equal another framework's preset, or none
+                    same = f" (= preset {row['matched_preset']})" if row["matched_preset"] else ""
+                    cells.append("variant: " + _kwargs(row["matched_kwargs"]) + same)
             else:
                 cells.append({"pass": "pass", "fail": "**FAIL**", "error": "error", "not_implemented": "not implemented"}[row["status"]])
         lines.append(f"| `{q.spec_id}` | `{q.function}` | " + " | ".join(cells) + " |")
@@ -100,7 +106,23 @@ def mutants_table() -> str:
     return mutants_table_markdown().rstrip("\n")
 
 
+def bench_table(name: str) -> Callable[[], str]:
+    """The `rlspec bench` tables of conformance/reports/bench_<name>.json (committed results)."""
+
+    def table() -> str:
+        from conformance.bench import bench_table_markdown
+
+        path = README.parent / "conformance" / "reports" / f"bench_{name}.json"
+        if not path.exists():
+            return f"(not measured yet: `rlspec bench{' --device cuda' if name == 'gpu' else ''} --json {path.relative_to(README.parent)}`)"
+        return bench_table_markdown(path).rstrip("\n")
+
+    return table
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "bench-cpu": bench_table("cpu"),
+    "bench-gpu": bench_table("gpu"),
     "frameworks": frameworks_table,
     "mutants": mutants_table,
     "spec": spec_table,

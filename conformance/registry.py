@@ -153,7 +153,8 @@ def _gspo_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
 
 
 def _kl_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
-    d = (args["logp"] - args["ref_logp"])[args["mask"]]
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in hostile cases: not near a kink
+        d = (args["logp"] - args["ref_logp"])[args["mask"]]
     if kw.get("log_ratio_clamp") is not None:
         c = kw["log_ratio_clamp"]
         if not _far(d, [-c, c]):
