@@ -1,0 +1,45 @@
+"""Data-parallel helpers of the trainer: the distributed-exact aggregation of ``refimpl.distributed``
+(``StepCounts``, ``step_counts``, ``micro_batch_loss``) and the few collectives the trainer needs (rank,
+world size, all-gather of equal-shape tensors, all-reduce, barrier); all no-ops on one process."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from refimpl.distributed import StepCounts, micro_batch_loss, step_counts
+
+
+def initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    return dist.get_rank() if initialized() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if initialized() else 1
+
+
+def all_gather_rows(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate every rank's ``x`` (same shape on every rank) along dim 0, in rank order."""
+    if not initialized() or world_size() == 1:
+        return x
+    parts = [torch.empty_like(x) for _ in range(world_size())]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts, dim=0)
+
+
+def all_reduce_(x: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    if initialized() and world_size() > 1:
+        dist.all_reduce(x, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op])
+    return x
+
+
+def barrier() -> None:
+    if initialized() and world_size() > 1:
+        dist.barrier()
+
+
+__all__ = ["StepCounts", "step_counts", "micro_batch_loss", "rank", "world_size", "all_gather_rows", "all_reduce_", "barrier", "initialized"]

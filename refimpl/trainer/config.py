@@ -1,0 +1,229 @@
+"""Every knob of the refimpl trainer, with its default and what it does.
+
+The defaults train the tiny random-weight Llama of :mod:`refimpl.trainer.task` on the digit-reversal
+task to a clearly learned level on a 2-core CPU in a few minutes (README, "End-to-end II").
+A *step* is one rollout batch: sample ``group_size`` completions for each of ``prompts_per_step``
+prompts, score them, compute advantages, then ``epochs`` passes over the batch, each pass split into
+``num_minibatches`` optimizer updates, each update accumulated over ``grad_accum`` micro-batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+ALGOS = ("grpo", "rloo", "reinforce", "ppo")
+LOSSES = ("ppo", "gspo", "cispo")
+AGG_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_sum")
+GRPO_SCALES = ("group", "batch", "none")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+TASKS = ("reverse", "sort", "copy")
+
+# Per-loss clip defaults when eps_low / eps_high are None (the spec's canonical defaults).
+LOSS_CLIP_DEFAULTS: dict[str, tuple[float | None, float]] = {
+    "ppo": (0.2, 0.2),
+    "gspo": (3e-4, 4e-4),
+    "cispo": (None, 0.28),
+}
+
+
+@dataclass
+class TrainConfig:
+    """The trainer's configuration (``rlspec train --help`` shows the same knobs as flags)."""
+
+    # --- run ------------------------------------------------------------------------------------
+    seed: int = 0
+    """Seeds the model initialisation, the prompts of every step and the sampling of every step
+    (each step's randomness is derived from (seed, step, rank), so a resumed run replays exactly)."""
+    steps: int = 400
+    """Rollout batches (outer steps) to train for."""
+    out_dir: str | None = None
+    """Where metrics.jsonl, summary.json, curves.png and checkpoints go (None: nothing written)."""
+    device: str = "auto"
+    """"auto" (CUDA when available, else CPU), "cpu" or "cuda"/"cuda:N"."""
+    checkpoint_every: int = 50
+    """Write a checkpoint every N steps (and at the end); 0 disables periodic checkpoints."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints to keep."""
+    target_reward: float = 0.9
+    """The "learned" threshold: the first step where the 10-step moving average of the mean reward
+    reaches it is reported (steps and wall seconds) in summary.json."""
+
+    # --- task and model -------------------------------------------------------------------------
+    task: str = "reverse"
+    """"reverse" (write the digits backwards), "sort" (ascending) or "copy"."""
+    min_digits: int = 3
+    """Shortest digit string of a prompt."""
+    max_digits: int = 3
+    """Longest digit string of a prompt (prompts are left-padded to max_digits + 1 tokens)."""
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 128
+    init_std: float = 0.02
+    """``initializer_range`` of the random-weight Llama."""
+
+    # --- rollout --------------------------------------------------------------------------------
+    prompts_per_step: int = 32
+    """Prompts per step over all ranks (must divide by the world size)."""
+    group_size: int = 8
+    """Completions sampled per prompt (a GRPO/RLOO group: contiguous rows)."""
+    temperature: float = 1.0
+    """Sampling temperature; log-probs are computed at the same temperature (no top-k/top-p)."""
+    max_new_tokens: int | None = None
+    """Completion budget (None: max_digits + 2). Completions end at the first EOS, which is trained."""
+
+    # --- advantages -----------------------------------------------------------------------------
+    algo: str = "grpo"
+    """"grpo" (group-normalised), "rloo" (leave-one-out), "reinforce" (with reinforce_baseline) or
+    "ppo" (value head, GAE on per-token KL-shaped rewards with the score on the last valid token)."""
+    grpo_scale: str = "group"
+    """grpo_advantages(scale=): "group" std, "batch" std or "none" (Dr. GRPO)."""
+    grpo_std_ddof: int = 1
+    grpo_eps: float = 1e-6
+    reinforce_baseline: str = "batch_mean"
+    """reinforce_advantages(baseline=): "batch_mean" or "none"."""
+    gamma: float = 1.0
+    """GAE discount (algo "ppo")."""
+    lam: float = 0.95
+    """GAE lambda (algo "ppo")."""
+    whiten_advantages: bool = True
+    """Whiten GAE advantages over the valid tokens of the whole (all-rank) batch (algo "ppo")."""
+    kl_reward_coef: float = 0.02
+    """beta of the per-token reward -beta*KL(old || ref) (rlhf_token_rewards; algo "ppo" only)."""
+    kl_reward_estimator: str = "k1"
+
+    # --- loss -----------------------------------------------------------------------------------
+    loss: str = "ppo"
+    """Policy token loss: "ppo" (clipped ratio), "gspo" (sequence ratio) or "cispo" (clipped IS weight)."""
+    eps_low: float | None = None
+    """Lower clip (None: the loss's spec default: ppo 0.2, gspo 3e-4, cispo no lower bound)."""
+    eps_high: float | None = None
+    """Upper clip (None: ppo 0.2, gspo 4e-4, cispo 0.28); asymmetric clipping = eps_high != eps_low."""
+    dual_clip: float | None = None
+    """Dual-clip constant c > 1 for A < 0 (loss "ppo" only)."""
+    kl_coef: float | None = None
+    """beta of the KL-to-reference penalty added to the token loss (kl_penalty, kl_estimator). None:
+    0.05 for grpo, whose advantages are normalised to unit scale; 0.01 for rloo and reinforce, whose
+    advantages are raw reward differences (about 5x smaller here, so the same beta would weigh 5x more);
+    0 for ppo, whose KL is in the per-token reward (kl_reward_coef). Without it the stop token dies
+    out before the digits are learned and the policy collapses onto never stopping."""
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    """Entropy bonus: the token loss gets -entropy_coef * H_t (aggregated like the rest)."""
+    agg: str = "token_mean"
+    """Aggregation mode of the token loss (aggregate(mode=)); global counts over micro-batches and ranks."""
+    norm_length: float | None = None
+    """Dr. GRPO constant for agg "seq_mean_token_sum_norm" (None: max_new_tokens)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss (algo "ppo")."""
+    value_clip: float | None = 0.2
+    """value_token_loss(clip=) (algo "ppo"); None: unclipped."""
+    value_agg: str = "token_mean"
+    """Aggregation mode of the value loss."""
+
+    # --- optimisation ---------------------------------------------------------------------------
+    epochs: int = 1
+    """Passes over each rollout batch."""
+    num_minibatches: int = 2
+    """Optimizer updates per pass (contiguous slices of whole rows; the first one of the first pass
+    is exactly on-policy: ratio 1)."""
+    grad_accum: int = 1
+    """Micro-batches accumulated per optimizer update."""
+    lr: float = 1e-3
+    """AdamW learning rate (constant)."""
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.99
+    max_grad_norm: float | None = 1.0
+    """Clip the global gradient norm to this (None: no clipping; the norm is logged either way)."""
+
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form notes stored with the run (not used by the trainer)."""
+
+    # -------------------------------------------------------------------------------------------
+    def resolved(self) -> "TrainConfig":
+        """A copy with the None defaults filled in and every value checked (raises ValueError)."""
+        c = dataclasses.replace(self, extra=dict(self.extra))
+        _choice("algo", c.algo, ALGOS)
+        _choice("loss", c.loss, LOSSES)
+        _choice("agg", c.agg, AGG_MODES)
+        _choice("value_agg", c.value_agg, AGG_MODES)
+        _choice("grpo_scale", c.grpo_scale, GRPO_SCALES)
+        _choice("kl_estimator", c.kl_estimator, KL_ESTIMATORS)
+        _choice("kl_reward_estimator", c.kl_reward_estimator, KL_ESTIMATORS)
+        _choice("reinforce_baseline", c.reinforce_baseline, ("none", "batch_mean"))
+        _choice("task", c.task, TASKS)
+        low, high = LOSS_CLIP_DEFAULTS[c.loss]
+        if c.eps_low is None:
+            c.eps_low = low
+        if c.eps_high is None:
+            c.eps_high = high
+        if c.max_new_tokens is None:
+            c.max_new_tokens = c.max_digits + 2
+        if c.kl_coef is None:
+            c.kl_coef = {"grpo": 0.05, "rloo": 0.01, "reinforce": 0.01, "ppo": 0.0}[c.algo]
+        if c.norm_length is None:
+            c.norm_length = float(c.max_new_tokens)
+        if c.dual_clip is not None and c.loss != "ppo":
+            raise ValueError(f"TrainConfig: dual_clip: only for loss 'ppo', got loss {c.loss!r}")
+        for name in ("steps", "prompts_per_step", "group_size", "epochs", "num_minibatches", "grad_accum",
+                     "max_new_tokens", "min_digits", "max_digits", "hidden_size", "num_layers", "num_heads"):
+            if int(getattr(c, name)) < 1:
+                raise ValueError(f"TrainConfig: {name}: expected >= 1, got {getattr(c, name)!r}")
+        if c.min_digits > c.max_digits:
+            raise ValueError(f"TrainConfig: min_digits: expected <= max_digits = {c.max_digits}, got {c.min_digits}")
+        if not c.temperature > 0:
+            raise ValueError(f"TrainConfig: temperature: expected > 0, got {c.temperature!r}")
+        if c.algo in ("grpo", "rloo") and c.group_size < 2:
+            raise ValueError(f"TrainConfig: group_size: {c.algo} needs groups of >= 2, got {c.group_size}")
+        return c
+
+    def rows_per_micro_batch(self, world_size: int) -> int:
+        """Rows of one micro-batch on one rank (raises when the batch does not split evenly)."""
+        if self.prompts_per_step % world_size:
+            raise ValueError(f"TrainConfig: prompts_per_step: {self.prompts_per_step} does not divide by the world size {world_size}")
+        local = self.prompts_per_step // world_size * self.group_size
+        parts = self.num_minibatches * self.grad_accum
+        if local % parts:
+            raise ValueError(
+                f"TrainConfig: num_minibatches * grad_accum = {parts} does not divide the {local} rows per rank "
+                f"(prompts_per_step / world_size * group_size)"
+            )
+        return local // parts
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"TrainConfig: unknown keys {unknown}")
+        return cls(**d)
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"TrainConfig: {name}: expected one of {list(choices)}, got {value!r}")
+
+
+def field_help() -> dict[str, str]:
+    """{field name: its documentation} from the attribute docstrings above (for the CLI help)."""
+    import ast
+    import inspect
+    import textwrap
+
+    src = textwrap.dedent(inspect.getsource(TrainConfig))
+    body = ast.parse(src).body[0].body
+    out: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant) and isinstance(nxt.value.value, str):
+                out[node.target.id] = " ".join(nxt.value.value.split())
+    return out
+
+
+__all__ = ["TrainConfig", "ALGOS", "LOSSES", "AGG_MODES", "GRPO_SCALES", "KL_ESTIMATORS", "TASKS", "field_help"]

@@ -1,0 +1,122 @@
+"""Rollouts: sample ``group_size`` completions per prompt with ``model.generate`` at the configured
+temperature (no top-k / top-p, so the samples come from exactly the distribution the log-probs
+describe), score them with the task's verifiable reward, and lay them out in spec conventions."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+import torch
+
+from refimpl.trainer.step import position_ids_from
+from refimpl.trainer.task import EOS_ID, PAD_ID, DigitTask
+
+
+def derived_seed(*parts: int) -> int:
+    """A 63-bit seed from integers (stable across processes and Python versions)."""
+    h = hashlib.blake2b(repr(tuple(int(p) for p in parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") >> 1
+
+
+@dataclass
+class Batch:
+    """One rank's rollout batch (rows = prompts x group_size, each group contiguous), [B, T] with
+    T = prompt_width + max_new_tokens for every step and rank."""
+
+    input_ids: torch.Tensor  # [B, T] long: left-padded prompt, then the completion, right-padded
+    attention_mask: torch.Tensor  # [B, T] long: 1 on prompt tokens and on completion tokens through EOS
+    position_ids: torch.Tensor  # [B, T] long
+    mask: torch.Tensor  # [B, T] bool: the trained completion tokens (through the first EOS)
+    rewards: torch.Tensor  # [B] float32
+    correct: torch.Tensor  # [B] bool: exact answer
+    completion_lengths: torch.Tensor  # [B] long: valid completion tokens
+    truncated: torch.Tensor  # [B] bool: no EOS within max_new_tokens
+    prompt_width: int
+    # filled in by the trainer
+    old_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+    old_entropy: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None  # [B] or [B, T]
+    returns: torch.Tensor | None = None
+
+    def rows(self, start: int, stop: int) -> "Batch":
+        """Rows [start, stop) of every per-row tensor."""
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            out[f.name] = v[start:stop] if isinstance(v, torch.Tensor) else v
+        return replace(self, **out)
+
+    @property
+    def size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+def sample_prompts(task: DigitTask, seed: int, step: int, n_global: int) -> list[list[int]]:
+    """The step's prompts over all ranks (rank r takes its contiguous share)."""
+    rng = np.random.default_rng(derived_seed(seed, step, 0x5EED))
+    return task.sample_prompts(n_global, rng)
+
+
+@torch.no_grad()
+def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, group_size: int,
+             temperature: float, max_new_tokens: int, seed: int, device: torch.device) -> Batch:
+    """Sample ``group_size`` completions per prompt (seeded: the same seed gives the same batch)."""
+    from transformers import GenerationConfig
+
+    P = task.prompt_width
+    n = len(prompts) * group_size
+    prompt = torch.full((len(prompts), P), PAD_ID, dtype=torch.long)
+    prompt_att = torch.zeros((len(prompts), P), dtype=torch.long)
+    for i, digits in enumerate(prompts):
+        ids = task.prompt_ids(digits)
+        prompt[i, P - len(ids):] = torch.tensor(ids)
+        prompt_att[i, P - len(ids):] = 1
+    prompt = prompt.repeat_interleave(group_size, dim=0).to(device)
+    prompt_att = prompt_att.repeat_interleave(group_size, dim=0).to(device)
+    gen_config = GenerationConfig(
+        do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0, min_p=None, typical_p=1.0,
+        repetition_penalty=1.0, max_new_tokens=int(max_new_tokens), min_new_tokens=0,
+        pad_token_id=PAD_ID, eos_token_id=EOS_ID, use_cache=True,
+    )
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        out = lm.generate(input_ids=prompt, attention_mask=prompt_att, generation_config=gen_config)
+    completion = torch.full((n, max_new_tokens), PAD_ID, dtype=torch.long, device=device)
+    gen = out[:, P:]
+    completion[:, : gen.shape[1]] = gen
+    # valid = through the first EOS; generate pads finished rows, whatever token ids were sampled before
+    is_eos = completion == EOS_ID
+    has_eos = is_eos.any(dim=1)
+    first_eos = torch.where(has_eos, is_eos.int().argmax(dim=1), torch.full_like(has_eos, gen.shape[1] - 1, dtype=torch.long))
+    cols = torch.arange(max_new_tokens, device=device).unsqueeze(0)
+    comp_valid = cols <= first_eos.unsqueeze(1)
+    input_ids = torch.cat([prompt, completion], dim=1)
+    attention_mask = torch.cat([prompt_att, comp_valid.long()], dim=1)
+    mask = torch.cat([torch.zeros_like(prompt, dtype=torch.bool), comp_valid], dim=1)
+    rewards, correct = [], []
+    comp_cpu, valid_cpu = completion.cpu(), comp_valid.cpu()
+    for i in range(n):
+        digits = prompts[i // group_size]
+        toks = comp_cpu[i][valid_cpu[i]].tolist()
+        r, ok = task.score_tokens(digits, toks)
+        rewards.append(r)
+        correct.append(ok)
+    return Batch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from(attention_mask),
+        mask=mask,
+        rewards=torch.tensor(rewards, dtype=torch.float32, device=device),
+        correct=torch.tensor(correct, dtype=torch.bool, device=device),
+        completion_lengths=comp_valid.sum(dim=1),
+        truncated=~has_eos,
+        prompt_width=P,
+    )
+
+
+__all__ = ["Batch", "generate", "sample_prompts", "derived_seed"]
