@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "conformance.commands.vectors",
     "conformance.commands.frameworks",
     "conformance.commands.bench",
+    "conformance.commands.train",
+    "conformance.commands.e2e",
 )
 
 
