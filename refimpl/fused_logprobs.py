@@ -8,17 +8,32 @@ log-sum-exp as (row max, log Σ) plus the entropy and recomputes each tile in th
 
     dz = g_lp/τ ⊙ (onehot − p) − g_H/τ ⊙ p ⊙ (log p + H),   dh = dz·W,   dW = Σ_chunks dzᵀ·h
 
-For log-probs alone the tile pass is a single ``exp`` (plus a one-hot scatter): with
-``q = p − onehot``, ``dh = −g/τ ⊙ (q·W)`` and ``dW = qᵀ·(−g/τ ⊙ h)`` (the per-row factor moves onto
-the small [n, D] side).
-All tiles live in buffers allocated once per call; GEMMs write with ``out=`` / ``addmm_``.
+The tiles carry only the dense part; the one-hot part (``g/τ ⊙ W[x]`` into dh, ``g/τ ⊙ h`` into the
+rows ``x`` of dW) is added exactly per chunk. For log-probs alone the tile is ``p`` and the per-row
+factor ``−g/τ`` moves onto the [n, D] side of the GEMMs (``dh = −g/τ ⊙ (p·W)``,
+``dW = pᵀ·(−g/τ ⊙ h)``), so the tile pass is a single ``exp``. Tiles are small (by default 1024
+tokens × 2048 vocabulary entries: 8 MB in float32), so the elementwise passes run from cache and
+the memory beyond the gradients is a few tiles; they live in buffers allocated once per call, and
+GEMMs write with ``out=`` / ``addmm_``. Forward + backward costs 8·N·D·V FLOPs (the logits GEMM is
+recomputed), against 6·N·D·V for implementations that keep the [N, V] logits.
 
-bfloat16/float16 inputs are computed in float32 throughout: the hidden rows of a chunk and the
-weight (one float32 copy per call, or one vocabulary tile at a time) are upcast, so logits, softmax,
-GEMM accumulation and the weight gradient are float32; outputs and gradients return in the input
-dtype. (CPU half GEMMs round their outputs to the half dtype: bf16 logits cost up to 2^-9·|z| per
-logit, far outside float32-softmax accuracy, and recovering it takes extra GEMMs and conversions
-that cost more than the float32 GEMMs themselves.)
+float32/float64 inputs: every GEMM and all the tile math run in the input dtype.
+
+bfloat16 inputs (and float16 on CUDA): the GEMMs run in the half dtype (float32 accumulation
+inside), at the half GEMM rate; the tile math (log-sum-exp, softmax, entropy) runs in float32 and
+the gradients accumulate in float32 across tiles. Half GEMMs round their outputs to the half dtype,
+up to 2^-9·|z| per logit, so:
+
+- forward: a second GEMM recovers the rounding, ``lo = round(h·Wᵀ − hi)`` (``addmm`` with
+  ``beta=−1``: the difference is formed in the float32 accumulator), and ``z = hi + lo`` in float32
+  is within 2^-18·|z|: float32-accurate log-probs and entropies;
+- backward: one GEMM shifted by the saved log-sum-exp, ``addmm`` with ``input = −s`` (``s`` the row's
+  ``τ·lse`` rounded to the half dtype) gives ``round(z − s)``, so ``log p`` is off by at most
+  2^-9·|log p|: exact where ``p`` is large and negligible where it is small (``p·|log p| <= 1/e``).
+  The tile gradient is rounded to the half dtype once for the gradient GEMMs (as in every bfloat16
+  trainer; the exact one-hot part stays out of it).
+
+float16 on CPU (no fast half GEMM there) is computed in float32.
 """
 
 from __future__ import annotations
@@ -41,11 +56,93 @@ __all__ = [
     "token_logprobs_and_entropy_from_hidden",
 ]
 
-# Default tile size: a float [chunk, vocab tile] buffer holds at most this many elements (64 MB in
-# float32; one buffer, two with the entropy), with at most 1024 tokens and 65536 vocabulary entries.
-_TILE_ELEMENTS = 1 << 24
+# Default tiles: at most 1024 tokens × 2048 vocabulary entries, and the float tile buffers of one call
+# together hold at most _TILE_ELEMENTS elements (8 MB in float32: the elementwise passes run from the
+# CPU's caches). On CUDA, tiles 16x larger (4096 × 8192, 128 MB) keep the kernel launches few.
+_TILE_ELEMENTS = 1 << 21
 _MAX_CHUNK_TOKENS = 1024
-_MAX_VOCAB_TILE = 65536
+_VOCAB_TILE = 2048
+_CUDA_SCALE = 4
+
+
+def _half_gemms(hidden: torch.Tensor) -> bool:
+    """Whether the GEMMs run in the (half) input dtype, the tile math in float32."""
+    dt = hidden.dtype
+    return dt == torch.bfloat16 or (dt == torch.float16 and hidden.device.type == "cuda")
+
+
+class _Tiles:
+    """The reused buffers of one forward or backward call and the tile GEMMs on them."""
+
+    def __init__(self, rows: int, width: int, D: int, dtype: torch.dtype, cdt: torch.dtype, dev: torch.device, half: bool, scratch: bool, backward: bool):
+        self.half = half
+        # the float tile (not needed by the half backward of log-probs alone, whose tile pass is a half exp)
+        self.y = None if half and backward and not scratch else torch.empty(rows * width, dtype=cdt, device=dev)
+        self.scratch = torch.empty(rows * width, dtype=cdt, device=dev) if scratch else None
+        self.hi = torch.empty(rows * width, dtype=dtype, device=dev) if half else None  # half GEMM output / q
+        self.lo = torch.empty(rows * width, dtype=dtype, device=dev) if half and not backward else None
+        self.part_h = torch.empty(rows, D, dtype=dtype, device=dev) if half and backward else None
+        self.part_w = torch.empty(width, D, dtype=dtype, device=dev) if half and backward else None
+
+    @staticmethod
+    def view(buf: torch.Tensor, n: int, v: int) -> torch.Tensor:
+        return buf[: n * v].view(n, v)
+
+    def logits(self, h_chunk: torch.Tensor, w_tile: torch.Tensor, inv_tau: float) -> torch.Tensor:
+        """The float tile y = z/τ [n, v] (native: ``h_chunk`` is already h/τ; half: hi + lo)."""
+        n, v = h_chunk.shape[0], w_tile.shape[0]
+        y = self.view(self.y, n, v)
+        if not self.half:
+            return torch.mm(h_chunk, w_tile.t(), out=y)
+        hi = torch.mm(h_chunk, w_tile.t(), out=self.view(self.hi, n, v))
+        lo = torch.addmm(hi, h_chunk, w_tile.t(), beta=-1.0, out=self.view(self.lo, n, v))
+        y.copy_(hi).add_(lo)
+        return y.mul_(inv_tau) if inv_tau != 1.0 else y
+
+    def log_probs(self, h_chunk: torch.Tensor, w_tile: torch.Tensor, shift: tuple[torch.Tensor, ...], inv_tau: float) -> torch.Tensor:
+        """The float tile log p = y − m − log s [n, v] (backward). Half: ``round(z − s_half)`` from
+        one shifted GEMM, then the float32 remainder ``(s − s_half)`` and 1/τ."""
+        n, v = h_chunk.shape[0], w_tile.shape[0]
+        y = self.view(self.y, n, v)
+        if not self.half:
+            m, log_s = shift
+            return torch.mm(h_chunk, w_tile.t(), out=y).sub_(m).sub_(log_s)
+        neg_s_half, rest = shift
+        raw = torch.addmm(neg_s_half, h_chunk, w_tile.t(), out=self.view(self.hi, n, v))
+        torch.sub(raw, rest, out=y)
+        return y.mul_(inv_tau) if inv_tau != 1.0 else y
+
+    def probs(self, h_chunk: torch.Tensor, w_tile: torch.Tensor, shift: tuple[torch.Tensor, ...], inv_tau: float) -> torch.Tensor:
+        """The tile p [n, v] as the gradient GEMMs read it. Native: exp(y − m − log s). Half:
+        ``exp(round(z − s_half)/τ)`` in the half dtype, i.e. p up to the per-row factor
+        e^((s − s_half)/τ) that the caller applies on the [n, D] side."""
+        if not self.half:
+            return self.log_probs(h_chunk, w_tile, shift, inv_tau).exp_()
+        n, v = h_chunk.shape[0], w_tile.shape[0]
+        raw = torch.addmm(shift[0], h_chunk, w_tile.t(), out=self.view(self.hi, n, v))
+        if inv_tau != 1.0:
+            raw.mul_(inv_tau)
+        return raw.exp_()
+
+    def gemm_operand(self, q: torch.Tensor) -> torch.Tensor:
+        """The tile gradient as the gradient GEMMs read it: itself, or rounded to the half dtype."""
+        if not self.half:
+            return q
+        return self.view(self.hi, *q.shape).copy_(q)
+
+    def accumulate(self, q: torch.Tensor, w_tile: torch.Tensor, rhs: torch.Tensor, acc: torch.Tensor | None, d_w: torch.Tensor | None) -> None:
+        """``acc += q·W_tile`` and ``d_w += qᵀ·rhs`` (float accumulators; half products added in float)."""
+        if not self.half:
+            if acc is not None:
+                acc.addmm_(q, w_tile)
+            if d_w is not None:
+                d_w.addmm_(q.t(), rhs)
+            return
+        n, v = q.shape
+        if acc is not None:
+            acc.add_(torch.mm(q, w_tile, out=self.part_h[:n]))
+        if d_w is not None:
+            d_w.add_(torch.mm(q.t(), rhs, out=self.part_w[:v]))
 
 
 class _HiddenSoftmax(torch.autograd.Function):
@@ -56,6 +153,8 @@ class _HiddenSoftmax(torch.autograd.Function):
         B, T, D = hidden.shape
         V = weight.shape[0]
         _, cdt = compute_dtypes(hidden)
+        half = _half_gemms(hidden)
+        gdt = hidden.dtype if half else cdt  # GEMM dtype
         dev = hidden.device
         n_tok = pred_rows.numel()
         row_max = torch.empty(n_tok, dtype=cdt, device=dev)
@@ -63,21 +162,22 @@ class _HiddenSoftmax(torch.autograd.Function):
         ent = torch.empty(n_tok, dtype=cdt, device=dev) if entropy else None
         lp = torch.empty(n_tok, dtype=cdt, device=dev) if targets is not None else None
         if n_tok:
-            rows, tiles = min(chunk, n_tok), _WeightTiles(weight, cdt, vchunk)
-            buf = torch.empty(rows * tiles.width, dtype=cdt, device=dev)
-            scratch = torch.empty(rows * tiles.width, dtype=cdt, device=dev) if entropy else None
+            rows, width = min(chunk, n_tok), min(vchunk, V)
+            tiles = _Tiles(rows, width, D, gdt, cdt, dev, half, entropy, backward=False)
+            w_tiles = _WeightTiles(weight, gdt, vchunk)
             h_flat = hidden.reshape(B * T, D)
             for chunk_start in range(0, n_tok, rows):
                 sl = slice(chunk_start, chunk_start + rows)
-                hs = _scaled_rows(h_flat, pred_rows[sl], cdt, inv_tau)
-                n = hs.shape[0]
+                h_chunk = _chunk_rows(h_flat, pred_rows[sl], gdt, 1.0 if half else inv_tau)
+                n = h_chunk.shape[0]
                 stats = tgt_logit = None
-                for vocab_chunk_start in range(0, V, vchunk):
-                    w_tile = tiles.get(vocab_chunk_start)
-                    y = torch.mm(hs, w_tile.t(), out=_view(buf, n, w_tile.shape[0]))
+                for vocab_start in range(0, V, vchunk):
+                    w_tile = w_tiles.get(vocab_start)
+                    y = tiles.logits(h_chunk, w_tile, inv_tau)
                     if targets is not None:
-                        tgt_logit = _target_logits(y, targets[sl], vocab_chunk_start, vchunk >= V, tgt_logit)
-                    tile = tile_stats_(y, None if scratch is None else _view(scratch, n, w_tile.shape[0]))
+                        tgt_logit = _target_logits(y, targets[sl], vocab_start, vchunk >= V, tgt_logit)
+                    scratch = None if tiles.scratch is None else tiles.view(tiles.scratch, n, y.shape[1])
+                    tile = tile_stats_(y, scratch)
                     stats = tile if stats is None else merge_stats(stats, tile)
                 row_max[sl], log_sum[sl], ent_chunk = finish_stats(stats)
                 if ent is not None:
@@ -103,6 +203,8 @@ class _HiddenSoftmax(torch.autograd.Function):
         B, T, D = hidden.shape
         V = weight.shape[0]
         _, cdt = compute_dtypes(hidden)
+        half = _half_gemms(hidden)
+        gdt = hidden.dtype if half else cdt
         dev = hidden.device
         n_tok = pred_rows.numel()
         g_lp = _upstream(grad_lp, out_pos, cdt) if targets is not None and grad_lp is not None else None
@@ -110,81 +212,99 @@ class _HiddenSoftmax(torch.autograd.Function):
         d_hidden = torch.zeros(B * T, D, dtype=hidden.dtype, device=dev) if need_h else None
         d_weight = torch.zeros(V, D, dtype=cdt, device=dev) if need_w else None
         if n_tok and (g_lp is not None or g_h is not None) and (need_h or need_w):
-            rows, tiles = min(chunk, n_tok), _WeightTiles(weight, cdt, vchunk)
-            buf = torch.empty(rows * tiles.width, dtype=cdt, device=dev)
-            scratch = torch.empty(rows * tiles.width, dtype=cdt, device=dev) if g_h is not None else None
+            rows, width = min(chunk, n_tok), min(vchunk, V)
+            tiles = _Tiles(rows, width, D, gdt, cdt, dev, half, g_h is not None, backward=True)
+            w_tiles = _WeightTiles(weight, gdt, vchunk)
             h_flat = hidden.reshape(B * T, D)
             for chunk_start in range(0, n_tok, rows):
                 sl = slice(chunk_start, chunk_start + rows)
                 chunk_rows = pred_rows[sl]
-                hs = _scaled_rows(h_flat, chunk_rows, cdt, inv_tau)  # h/τ: dW = dzᵀ·(h/τ)
-                n = hs.shape[0]
-                m_chunk, log_s_chunk = row_max[sl].unsqueeze(1), log_sum[sl].unsqueeze(1)
+                # native: h/τ (then dW = dzᵀ·(h/τ)); half: the raw rows, 1/τ applied in float32
+                h_chunk = _chunk_rows(h_flat, chunk_rows, gdt, 1.0 if half else inv_tau)
+                n = h_chunk.shape[0]
+                shift = _shift(row_max[sl], log_sum[sl], inv_tau, half, gdt)
                 tgt = None if g_lp is None else targets[sl]
-                # The tile gradient dL/dz: log-probs only, −g/τ ⊙ (p − onehot); with the entropy,
-                # −(g_H ⊙ p ⊙ (log p + H) + g ⊙ p)/τ + g/τ ⊙ onehot. For log-probs alone the per-row
-                # factor −g moves onto the [n, D] side of the GEMMs (dW = qᵀ·(−g ⊙ h/τ),
-                # dh = −g ⊙ (q·W)/τ), so the tile pass is one exp.
+                # dL/dy (y = z/τ) = g ⊙ (onehot − p) − g_H ⊙ p ⊙ (log p + H). The tiles carry only the
+                # dense part; the one-hot part g ⊙ W[x] (dh) and g ⊙ h at rows x (dW) is added exactly
+                # per chunk. Log-probs alone: the tile is p, and the per-row factor −g moves onto the
+                # [n, D] side (dh = −g ⊙ (p·W), dW = pᵀ·(−g ⊙ h)), so the tile pass is one exp.
+                # (Half: p = exp(round(z − s_half)/τ)·e^(−(s − s_half)/τ), the row factor taking the
+                # second term, so the tile pass is one half exp.)
                 if g_h is None:
-                    rhs, onehot = hs * (-g_lp[sl]).unsqueeze(1), torch.full((n,), -1.0, dtype=cdt, device=dev)
+                    row_factor = -g_lp[sl] if not half else -g_lp[sl] * torch.exp(-shift[1].squeeze(1) * inv_tau)
                 else:
-                    rhs, coef_logp = hs, -g_h[sl]
+                    row_factor, coef_logp = None, -g_h[sl]
                     coef_one = coef_logp * ent[sl]
                     if tgt is not None:
                         coef_one -= g_lp[sl]
-                        onehot = g_lp[sl]
+                rhs = None
+                if d_weight is not None:  # the right operand of dW += qᵀ·rhs: (factor ⊙) h/τ
+                    rhs = _weight_grad_operand(h_chunk, row_factor, 1.0 if not half else inv_tau, cdt)
                 acc = torch.zeros(n, D, dtype=cdt, device=dev) if need_h else None
-                for vocab_chunk_start in range(0, V, vchunk):
-                    w_tile = tiles.get(vocab_chunk_start)
-                    y = torch.mm(hs, w_tile.t(), out=_view(buf, n, w_tile.shape[0]))
-                    y.sub_(m_chunk).sub_(log_s_chunk)  # log p
+                for vocab_start in range(0, V, vchunk):
+                    w_tile = w_tiles.get(vocab_start)
                     if g_h is None:
-                        q = y.exp_()
+                        q = tiles.probs(h_chunk, w_tile, shift, inv_tau)
                     else:
-                        q = tile_grad_(y, _view(scratch, n, w_tile.shape[0]), coef_logp, coef_one)
-                    if tgt is not None:
-                        _add_at_targets(q, tgt, vocab_chunk_start, vchunk >= V, onehot)
-                    if acc is not None:
-                        acc.addmm_(q, w_tile)
-                    if d_weight is not None:
-                        d_weight[vocab_chunk_start : vocab_chunk_start + vchunk].addmm_(q.t(), rhs)
+                        y = tiles.log_probs(h_chunk, w_tile, shift, inv_tau)
+                        q = tiles.gemm_operand(tile_grad_(y, tiles.view(tiles.scratch, n, y.shape[1]), coef_logp, coef_one))
+                    d_w = None if d_weight is None else d_weight[vocab_start : vocab_start + vchunk]
+                    tiles.accumulate(q, w_tile, rhs, acc, d_w)
                 if acc is not None:
-                    if g_h is None:
-                        acc.mul_(-g_lp[sl].unsqueeze(1))
+                    if row_factor is not None:
+                        acc.mul_(row_factor.unsqueeze(1))
+                    if tgt is not None:  # + g ⊙ W[x]
+                        acc.addcmul_(weight.index_select(0, tgt).to(cdt), g_lp[sl].unsqueeze(1))
                     d_hidden.index_copy_(0, chunk_rows, acc.mul_(inv_tau).to(hidden.dtype))
+                if d_weight is not None and tgt is not None:  # + g ⊙ h/τ at rows x
+                    h_scaled = h_chunk.to(cdt) * (g_lp[sl] * (inv_tau if half else 1.0)).unsqueeze(1)
+                    d_weight.index_add_(0, tgt, h_scaled)
         grad_hidden = None if d_hidden is None else d_hidden.view(B, T, D)
         grad_weight = None if d_weight is None else d_weight.to(weight.dtype)
         return grad_hidden, grad_weight, None, None, None, None, None, None, None
 
 
 class _WeightTiles:
-    """Vocabulary tiles of ``weight`` in the compute dtype: views of a float32/float64 weight; for
-    a half weight, one float copy of the whole weight when it is a single tile, else one tile at a
-    time in a reused buffer."""
+    """Vocabulary tiles of ``weight`` in the GEMM dtype: views, or (float16 on CPU, computed in
+    float32) one tile at a time converted into a reused buffer."""
 
-    def __init__(self, weight: torch.Tensor, cdt: torch.dtype, vchunk: int):
+    def __init__(self, weight: torch.Tensor, gdt: torch.dtype, vchunk: int):
         self.weight, self.vchunk = weight, vchunk
-        self.width = min(vchunk, weight.shape[0])
-        self.whole = weight.dtype == cdt or vchunk >= weight.shape[0]
-        self.buf = weight.to(cdt) if self.whole else torch.empty(self.width, weight.shape[1], dtype=cdt, device=weight.device)
+        self.whole = weight.dtype == gdt
+        self.buf = None if self.whole else torch.empty(min(vchunk, weight.shape[0]), weight.shape[1], dtype=gdt, device=weight.device)
 
     def get(self, start: int) -> torch.Tensor:
-        if self.whole:
-            return self.buf[start : start + self.vchunk]
         tile = self.weight[start : start + self.vchunk]
-        return self.buf[: tile.shape[0]].copy_(tile)
+        return tile if self.whole else self.buf[: tile.shape[0]].copy_(tile)
 
 
-def _view(buf: torch.Tensor, n: int, v: int) -> torch.Tensor:
-    """A contiguous [n, v] view of the front of a flat buffer."""
-    return buf[: n * v].view(n, v)
-
-
-def _scaled_rows(h_flat: torch.Tensor, rows: torch.Tensor, cdt: torch.dtype, inv_tau: float) -> torch.Tensor:
-    """h[rows]/τ in the compute dtype (a fresh [n, D] tensor)."""
+def _chunk_rows(h_flat: torch.Tensor, rows: torch.Tensor, gdt: torch.dtype, inv_tau: float) -> torch.Tensor:
+    """h[rows] in the GEMM dtype, times 1/τ when given (a fresh [n, D] tensor)."""
     h = h_flat.index_select(0, rows)
-    h = h if h.dtype == cdt else h.to(cdt)
+    h = h if h.dtype == gdt else h.to(gdt)
     return h.mul_(inv_tau) if inv_tau != 1.0 else h
+
+
+def _weight_grad_operand(h_chunk: torch.Tensor, row_factor: torch.Tensor | None, inv_tau: float, cdt: torch.dtype) -> torch.Tensor:
+    """``row_factor ⊙ h_chunk · inv_tau`` in the dtype of ``h_chunk`` (formed in float32 for half rows)."""
+    if row_factor is None and inv_tau == 1.0:
+        return h_chunk
+    rhs = h_chunk.to(cdt) if h_chunk.dtype != cdt else h_chunk.clone()
+    if row_factor is not None:
+        rhs.mul_(row_factor.unsqueeze(1))
+    if inv_tau != 1.0:
+        rhs.mul_(inv_tau)
+    return rhs.to(h_chunk.dtype)
+
+
+def _shift(m: torch.Tensor, log_s: torch.Tensor, inv_tau: float, half: bool, gdt: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """What the backward subtracts from a tile to get log p: native (m, log s) as columns; half
+    (−s_half, s − s_half) with s = τ·(m + log s) in logit units and s_half = s rounded to ``gdt``."""
+    if not half:
+        return m.unsqueeze(1), log_s.unsqueeze(1)
+    s = (m + log_s).div_(inv_tau).unsqueeze(1)
+    s_half = s.to(gdt)
+    return s_half.neg(), s - s_half.to(s.dtype)
 
 
 def _target_logits(
@@ -200,29 +320,20 @@ def _target_logits(
     return torch.where(inside, val, torch.zeros_like(val) if prev is None else prev)
 
 
-def _add_at_targets(
-    q: torch.Tensor, targets: torch.Tensor, vocab_start: int, whole_vocab: bool, values: torch.Tensor
-) -> None:
-    """q[r, x_r − vocab_start] += values[r] for the rows whose target lies in this vocabulary tile."""
-    if whole_vocab:
-        q.scatter_add_(1, targets.unsqueeze(1), values.unsqueeze(1))
-        return
-    v = q.shape[1]
-    local = targets - vocab_start
-    inside = (local >= 0) & (local < v)
-    q.scatter_add_(1, local.clamp(0, v - 1).unsqueeze(1), torch.where(inside, values, 0.0).unsqueeze(1))
-
-
 def _upstream(grad: torch.Tensor, out_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return grad.reshape(-1).index_select(0, out_pos).to(dtype)
 
 
-def _tile_sizes(fn: str, V: int, chunk_size: object, vocab_chunk_size: object) -> tuple[int, int]:
+def _tile_sizes(
+    fn: str, V: int, entropy: bool, chunk_size: object, vocab_chunk_size: object, cuda: bool = False
+) -> tuple[int, int]:
     """(tokens per chunk, vocabulary entries per tile): as given, or sized to the tile budget."""
-    vchunk = min(V, _MAX_VOCAB_TILE) if vocab_chunk_size is None else check_int(fn, "vocab_chunk_size", vocab_chunk_size, ge=1)
+    k = _CUDA_SCALE if cuda else 1
+    vchunk = min(V, k * _VOCAB_TILE) if vocab_chunk_size is None else check_int(fn, "vocab_chunk_size", vocab_chunk_size, ge=1)
     if chunk_size is not None:
         return check_int(fn, "chunk_size", chunk_size, ge=1), vchunk
-    return max(16, min(_MAX_CHUNK_TOKENS, _TILE_ELEMENTS // min(vchunk, V))), vchunk
+    n_buffers = 2 if entropy else 1
+    return max(16, min(k * _MAX_CHUNK_TOKENS, k * k * _TILE_ELEMENTS // (n_buffers * min(vchunk, V)))), vchunk
 
 
 def _run(
@@ -245,7 +356,7 @@ def _run(
     if want_lp:
         ids = check_token_ids(fn, input_ids, m, w.shape[0])
         targets = ids.reshape(-1).index_select(0, out_pos).long()
-    chunk, vchunk = _tile_sizes(fn, w.shape[0], chunk_size, vocab_chunk_size)
+    chunk, vchunk = _tile_sizes(fn, w.shape[0], want_entropy, chunk_size, vocab_chunk_size, h.device.type == "cuda")
     return _HiddenSoftmax.apply(h, w, out_pos, pred_rows, targets, 1.0 / tau, want_entropy, chunk, vchunk)
 
 

@@ -201,16 +201,25 @@ def logprob_reference(x: LogprobInputs, rows: int = 64) -> tuple[torch.Tensor, t
 # ----------------------------------------------------------------------------------------------
 
 
-def gae_inputs(B: int, T: int, dtype: torch.dtype, device: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+GAE_MASKS = ("gaps", "runs")
+
+
+def gae_inputs(
+    B: int, T: int, dtype: torch.dtype, device: str, seed: int = 0, mask_kind: str = "gaps"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rewards, values and a mask [B, T]: per row a prompt (1 to T/4 positions), a completion of
-    T/2 to 3T/4 positions with ~10% internal holes (masked gaps, e.g. tool outputs), then padding."""
+    T/2 to 3T/4 positions, then padding; ``mask_kind="gaps"`` masks ~10% of the completion's
+    positions too (internal gaps, e.g. tool outputs), ``"runs"`` leaves the completion whole."""
+    if mask_kind not in GAE_MASKS:
+        raise ValueError(f"mask_kind must be one of {GAE_MASKS}, not {mask_kind!r}")
     gen = torch.Generator().manual_seed(seed)
     start = torch.randint(1, max(2, T // 4), (B, 1), generator=gen)
     length = torch.randint(T // 2, max(T // 2 + 1, T - T // 4), (B, 1), generator=gen)
     t = torch.arange(T)
     mask = (t >= start) & (t < start + length)
     holes = torch.rand(B, T, generator=gen) < 0.1
-    mask &= ~holes
+    if mask_kind == "gaps":
+        mask &= ~holes
     rewards = torch.randn(B, T, generator=gen).to(dtype)
     values = torch.randn(B, T, generator=gen).to(dtype)
     return rewards.to(device), values.to(device), mask.to(device)

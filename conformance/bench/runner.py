@@ -48,6 +48,7 @@ class Plan:
     entropy_shapes: tuple[Shape, ...] = ()
     gae_shapes: tuple[tuple[int, int], ...] = ()
     gae_c: tuple[float, ...] = (1.0, 0.99, 0.95, 0.5)  # γλ with γ = 1
+    gae_masks: tuple[str, ...] = ("gaps", "runs")
     gae_impls: tuple[str, ...] = GAE_IMPLS
     reps: int = 3
     gae_reps: int = 10
@@ -55,6 +56,7 @@ class Plan:
     threads: int = 2
     timeout_s: float = 1800.0
     max_mem_gb: float | None = None  # skip cases whose estimated peak exceeds this
+    wait_idle_s: float = 0.0  # before each measurement, wait up to this long for other processes to go quiet
     quick: bool = False
     extra: dict = field(default_factory=dict)
 
@@ -74,6 +76,7 @@ def default_plan(device: str = "cpu", quick: bool = False) -> Plan:
             entropy_shapes=(),
             gae_shapes=((64, 256),),
             gae_c=(1.0, 0.95),
+            gae_masks=("gaps",),
             reps=1,
             gae_reps=3,
             loop_reps=1,
@@ -100,6 +103,37 @@ def default_plan(device: str = "cpu", quick: bool = False) -> Plan:
 # ----------------------------------------------------------------------------------------------
 # subprocesses
 # ----------------------------------------------------------------------------------------------
+
+
+def other_load(window_s: float = 1.0) -> float | None:
+    """CPU cores busy (all processes, hypervisor steal included) over ``window_s``; None without /proc."""
+    def busy() -> int:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        return sum(fields[:3]) + sum(fields[5:8])
+
+    try:
+        b0, t0 = busy(), time.perf_counter()
+        time.sleep(window_s)
+        b1, t1 = busy(), time.perf_counter()
+    except OSError:
+        return None
+    return (b1 - b0) / os.sysconf("SC_CLK_TCK") / (t1 - t0)
+
+
+def wait_idle(max_wait_s: float, threshold: float = 0.3, log: Callable[[str], None] | None = None) -> float | None:
+    """Wait (up to ``max_wait_s``) until the machine's other processes use less than ``threshold``
+    cores; returns the last reading."""
+    load = other_load()
+    deadline = time.time() + max_wait_s
+    waited = False
+    while load is not None and load > threshold and time.time() < deadline:
+        if log is not None and not waited:
+            log(f"  (waiting for other processes to go quiet: {load:.1f} cores busy)")
+        waited = True
+        time.sleep(5.0)
+        load = other_load()
+    return load
 
 
 def run_case(case: dict, *, memory: bool = False, timeout_s: float = 1800.0) -> dict:
@@ -161,6 +195,7 @@ def machine_info(device: str, threads: int) -> dict:
     info = {
         "device": device,
         "cpu": _cpu_model(),
+        "cpu_features": _cpu_features(),
         "cores": os.cpu_count(),
         "threads": threads,
         "torch": torch.__version__,
@@ -187,6 +222,20 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def _cpu_features() -> list[str]:
+    """The SIMD features that decide GEMM speed (from /proc/cpuinfo)."""
+    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    return [w for w in wanted if w in flags]
+    except OSError:
+        pass
+    return []
 
 
 def _version(mod: str) -> str | None:
@@ -232,8 +281,12 @@ def run(plan: Plan, log: Callable[[str], None] = print) -> dict:
             result["not_installed"][impl] = why
     # plain GEMM of every shape and dtype
     rates: dict[tuple, float] = {}
+    def quiet() -> float | None:
+        return wait_idle(plan.wait_idle_s, log=log) if plan.wait_idle_s > 0 else None
+
     for s in plan.logprob_shapes:
         for dtype in plan.dtypes:
+            quiet()
             res = run_case({**base, "kind": "gemm", "N": s.N, "D": s.D, "V": s.V, "dtype": dtype, "reps": plan.reps},
                            timeout_s=plan.timeout_s)
             row = {"N": s.N, "D": s.D, "V": s.V, "dtype": dtype}
@@ -241,7 +294,7 @@ def run(plan: Plan, log: Callable[[str], None] = print) -> dict:
                 med = _median(res["times"])
                 rates[(s.N, s.D, s.V, dtype)] = 2 * s.N * s.D * s.V / med
                 row.update(median_s=med, gflops=2 * s.N * s.D * s.V / med / 1e9, times=res["times"],
-                           blocked_rows=res.get("blocked_rows"))
+                           other_cores=res.get("other_cores"), blocked_rows=res.get("blocked_rows"))
             else:
                 row.update(median_s=None, gflops=None, error=res.get("error"))
             result["gemm"].append(row)
@@ -279,6 +332,7 @@ def run(plan: Plan, log: Callable[[str], None] = print) -> dict:
         case = {**base, "kind": "logprob", "impl": impl, "N": s.N, "D": s.D, "V": s.V, "dtype": dtype,
                 "mode": mode, "entropy": entropy, "reps": plan.reps}
         t0 = time.time()
+        busy_before = quiet()
         tres = run_case({**case, "pass": "time"}, timeout_s=plan.timeout_s)
         mres = run_case({**case, "pass": "mem"}, memory=plan.device == "cpu", timeout_s=plan.timeout_s) if tres.get("ok") else tres
         if tres.get("ok") and mres.get("ok"):
@@ -291,6 +345,8 @@ def run(plan: Plan, log: Callable[[str], None] = print) -> dict:
                 peak_extra_mb=mres["peak_extra_mb"],
                 gemm_efficiency=None if rate is None else flops / (med * rate),
                 times=tres["times"],
+                other_cores=tres.get("other_cores"),
+                busy_before=busy_before,
                 first_s=tres["first_s"],
                 max_abs_err=tres.get("max_abs_err"),
             )
@@ -302,21 +358,23 @@ def run(plan: Plan, log: Callable[[str], None] = print) -> dict:
         log(_logprob_line(row) + f"  [{time.time() - t0:.0f} s]")
     # GAE
     for B, T in plan.gae_shapes:
-        for c in plan.gae_c:
-            for impl in plan.gae_impls:
-                case = {**base, "kind": "gae", "impl": impl, "B": B, "T": T, "dtype": "float32", "gamma": 1.0,
-                        "lam": c, "reps": plan.gae_reps if impl != "loop" else plan.loop_reps}
-                res = run_case(case, timeout_s=plan.timeout_s)
-                row = {"impl": impl, "B": B, "T": T, "dtype": "float32", "gamma": 1.0, "lam": c,
-                       "median_s": None, "max_rel_err": None}
-                if res.get("ok"):
-                    row.update(status="ok", median_s=_median(res["times"]), max_rel_err=res["max_rel_err"],
-                               times=res["times"])
-                else:
-                    row["status"] = "failed: " + str(res.get("error"))
-                result["gae"].append(row)
-                log(f"gae {impl:7} B={B} T={T} γλ={c}: "
-                    + (f"{row['median_s'] * 1e3:.2f} ms, max rel err {row['max_rel_err']:.1e}" if row["median_s"] else row["status"]))
+        for mask_kind in plan.gae_masks:
+            for c in plan.gae_c:
+                for impl in plan.gae_impls:
+                    case = {**base, "kind": "gae", "impl": impl, "B": B, "T": T, "dtype": "float32", "gamma": 1.0,
+                            "lam": c, "mask": mask_kind, "reps": plan.gae_reps if impl != "loop" else plan.loop_reps}
+                    quiet()
+                    res = run_case(case, timeout_s=plan.timeout_s)
+                    row = {"impl": impl, "B": B, "T": T, "dtype": "float32", "gamma": 1.0, "lam": c, "mask": mask_kind,
+                           "median_s": None, "max_rel_err": None}
+                    if res.get("ok"):
+                        row.update(status="ok", median_s=_median(res["times"]), max_rel_err=res["max_rel_err"],
+                                   times=res["times"], other_cores=res.get("other_cores"), batch=res.get("batch"))
+                    else:
+                        row["status"] = "failed: " + str(res.get("error"))
+                    result["gae"].append(row)
+                    log(f"gae {impl:7} B={B} T={T} {mask_kind} γλ={c}: "
+                        + (f"{row['median_s'] * 1e3:.2f} ms, max rel err {row['max_rel_err']:.1e}" if row["median_s"] else row["status"]))
     try:
         result["machine"]["loadavg_end"] = list(os.getloadavg())
     except OSError:
@@ -333,3 +391,26 @@ def _logprob_line(row: dict) -> str:
     return (f"{head} {row['median_s']:8.3f} s {row['peak_extra_mb']:8.0f} MB"
             + (f"  eff {eff:.2f}" if eff is not None else "")
             + (f"  err {row['max_abs_err']:.1e}" if row.get("max_abs_err") is not None else ""))
+
+
+def _key(kind: str, row: dict) -> tuple:
+    if kind == "gemm":
+        return (row["N"], row["D"], row["V"], row["dtype"])
+    if kind == "gae":
+        return (row["impl"], row["B"], row["T"], row.get("mask", "gaps"), row["lam"], row["dtype"])
+    return (row["impl"], row["N"], row["D"], row["V"], row["dtype"], row["mode"])
+
+
+def merge_results(old: dict, new: dict) -> dict:
+    """``old`` with the rows that ``new`` measured replaced (or appended); the order of ``old`` is
+    kept. Efficiencies of replaced log-prob rows use the GEMM rate of their own run; the command
+    lines of both runs are kept."""
+    out = dict(old)
+    for kind in ("gemm", "logprob", "gae"):
+        fresh = {_key(kind, r): r for r in new.get(kind, [])}
+        rows = [fresh.pop(_key(kind, r), r) for r in old.get(kind, [])]
+        out[kind] = rows + list(fresh.values())
+    out["updates"] = list(old.get("updates", [])) + [
+        {"command": new.get("command"), "machine": new.get("machine"), "wall_s": new.get("wall_s")}
+    ]
+    return out

@@ -40,12 +40,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", type=_csv, default=None, help="comma-separated modes (fwd,fwd+bwd)")
     p.add_argument("--shapes", type=_shapes, default=None, help="comma-separated NxDxV, e.g. 8192x512x32000")
     p.add_argument("--gae-shapes", type=_csv, default=None, help="comma-separated BxT; 'none' to skip GAE")
+    p.add_argument("--gae-lam", type=_csv, default=None, help="comma-separated γλ values (γ = 1)")
+    p.add_argument("--gae-mask", type=_csv, default=None, help="comma-separated GAE masks (gaps,runs)")
     p.add_argument("--no-entropy", action="store_true", help="skip the log-probs + entropy rows")
     p.add_argument("--no-logprob", action="store_true", help="only GAE")
     p.add_argument("--reps", type=int, default=None, help="measured calls per case (median)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default 2 on CPU)")
     p.add_argument("--max-mem-gb", type=float, default=None, help="skip cases estimated to need more")
     p.add_argument("--timeout", type=float, default=None, help="seconds per measurement process")
+    p.add_argument("--update", action="store_true",
+                   help="with --json: re-measure only the selected cases and replace their rows in the existing file")
+    p.add_argument("--wait-idle", type=float, default=None, metavar="SECONDS",
+                   help="before each measurement wait up to SECONDS for other processes to go quiet (shared machines)")
     p.set_defaults(func=run)
 
 
@@ -80,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
         changes["gae_shapes"] = () if args.gae_shapes == ("none",) else tuple(
             tuple(int(x) for x in s.lower().split("x")) for s in args.gae_shapes
         )
+    if args.gae_lam:
+        changes["gae_c"] = tuple(float(x) for x in args.gae_lam)
+    if args.gae_mask:
+        changes["gae_masks"] = args.gae_mask
     if args.reps:
         changes["reps"] = args.reps
     if args.threads:
@@ -88,11 +98,20 @@ def run(args: argparse.Namespace) -> int:
         changes["max_mem_gb"] = args.max_mem_gb
     if args.timeout:
         changes["timeout_s"] = args.timeout
+    if args.wait_idle is not None:
+        changes["wait_idle_s"] = args.wait_idle
     plan = replace(plan, **changes)
     result = run_plan(plan, log=lambda line: print(line, flush=True))
-    result["command"] = "rlspec " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "rlspec bench"
+    argv = sys.argv[sys.argv.index("bench") + 1 :] if "bench" in sys.argv else []
+    result["command"] = " ".join(["rlspec", "bench", *(shlex.quote(a) for a in argv)])
     print()
     print(bench_table_markdown(result))
+    if args.update and args.json and args.json.exists():
+        from conformance.bench.runner import merge_results
+
+        result = merge_results(json.loads(args.json.read_text()), result)
+        print("merged into the existing results:")
+        print(bench_table_markdown(result))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n")

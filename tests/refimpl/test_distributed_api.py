@@ -124,6 +124,10 @@ def test_one_rank_equals_single_device(dtype, tau):
     tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=1e-5, atol=1e-5)
     if dtype == torch.bfloat16:
         tol = dict(rtol=1e-2, atol=1e-2)
+    # bfloat16 from hidden: the single-device path runs bfloat16 GEMMs (each tile gradient rounded
+    # to bfloat16), the vocabulary-parallel one float32 math; both are within ~1 bfloat16 ulp of
+    # float64, so they agree to ~2 ulps (2^-7 relative)
+    tol_fused = dict(rtol=2e-2, atol=1e-2) if dtype == torch.bfloat16 else tol
     for a, b in ((lp, lp2), (ent, ent2), (grads[0], grads2[0])):
         torch.testing.assert_close(a.double(), b.double(), **tol)
         assert a.dtype == dtype
@@ -138,7 +142,7 @@ def test_one_rank_equals_single_device(dtype, tau):
     lp4, ent4 = refimpl.token_logprobs_and_entropy_from_hidden(h2, w2, ids, mask, temperature=tau)
     g4 = torch.autograd.grad((lp4 * d["g"]).sum() + (ent4 * d["g"]).sum(), (h2, w2))
     for a, b in ((lp3, lp4), (ent3, ent4), (g3[0], g4[0]), (g3[1], g4[1])):
-        torch.testing.assert_close(a.double(), b.double(), **tol)
+        torch.testing.assert_close(a.double(), b.double(), **tol_fused)
         assert a.dtype == dtype
 
 
