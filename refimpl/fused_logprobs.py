@@ -19,8 +19,9 @@ recomputed), against 6·N·D·V for implementations that keep the [N, V] logits.
 
 float32/float64 inputs: every GEMM and all the tile math run in the input dtype.
 
-bfloat16 inputs (and float16 on CUDA): the GEMMs run in the half dtype (float32 accumulation
-inside), at the half GEMM rate; the tile math (log-sum-exp, softmax, entropy) runs in float32 and
+bfloat16 inputs: by default computed in float32 throughout (see ``HALF_PRECISION_GEMMS``). With
+``HALF_PRECISION_GEMMS = True``, bfloat16 inputs (and float16 on CUDA): the GEMMs run in the half
+dtype (float32 accumulation inside), at the half GEMM rate; the tile math (log-sum-exp, softmax, entropy) runs in float32 and
 the gradients accumulate in float32 across tiles. Half GEMMs round their outputs to the half dtype,
 up to 2^-9·|z| per logit, so:
 
@@ -65,9 +66,19 @@ _VOCAB_TILE = 2048
 _CUDA_SCALE = 4
 
 
+# The half-GEMM path below is faster in bfloat16 but, with its tile gradient rounded to bfloat16, the
+# hidden-state gradient can leave the spec's bfloat16 tolerance (refimpl vs oracle, seed 1070 of
+# `token_logprobs_from_hidden`: 0.077 absolute where 0.045 is allowed). Until that is resolved it is
+# opt-in: set `refimpl.fused_logprobs.HALF_PRECISION_GEMMS = True`; by default half inputs are
+# computed in float32 throughout.
+HALF_PRECISION_GEMMS = False
+
+
 def _half_gemms(hidden: torch.Tensor) -> bool:
     """Whether the GEMMs run in the (half) input dtype, the tile math in float32."""
     dt = hidden.dtype
+    if not HALF_PRECISION_GEMMS:
+        return False
     return dt == torch.bfloat16 or (dt == torch.float16 and hidden.device.type == "cuda")
 
 
