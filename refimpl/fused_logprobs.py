@@ -19,11 +19,11 @@ recomputed), against 6·N·D·V for implementations that keep the [N, V] logits.
 
 float32/float64 inputs: every GEMM and all the tile math run in the input dtype.
 
-bfloat16 inputs: by default computed in float32 throughout (see ``HALF_PRECISION_GEMMS``). With
-``HALF_PRECISION_GEMMS = True``, bfloat16 inputs (and float16 on CUDA): the GEMMs run in the half
-dtype (float32 accumulation inside), at the half GEMM rate; the tile math (log-sum-exp, softmax, entropy) runs in float32 and
-the gradients accumulate in float32 across tiles. Half GEMMs round their outputs to the half dtype,
-up to 2^-9·|z| per logit, so:
+bfloat16 inputs (and float16 on CUDA; ``HALF_PRECISION_GEMMS = False`` computes them in float32
+throughout): the GEMMs of the logits and of ``d weight`` run in the half dtype (float32
+accumulation inside), at the half GEMM rate; the tile math (log-sum-exp, softmax, entropy) runs in
+float32 and the gradients accumulate in float32 across tiles. Half GEMMs round their outputs to
+the half dtype, up to 2^-9·|z| per logit, so:
 
 - forward: a second GEMM recovers the rounding, ``lo = round(h·Wᵀ − hi)`` (``addmm`` with
   ``beta=−1``: the difference is formed in the float32 accumulator), and ``z = hi + lo`` in float32
@@ -31,8 +31,11 @@ up to 2^-9·|z| per logit, so:
 - backward: one GEMM shifted by the saved log-sum-exp, ``addmm`` with ``input = −s`` (``s`` the row's
   ``τ·lse`` rounded to the half dtype) gives ``round(z − s)``, so ``log p`` is off by at most
   2^-9·|log p|: exact where ``p`` is large and negligible where it is small (``p·|log p| <= 1/e``).
-  The tile gradient is rounded to the half dtype once for the gradient GEMMs (as in every bfloat16
-  trainer; the exact one-hot part stays out of it).
+  The tile gradient (one-hot term included, so that a dominant target cancels inside the GEMM)
+  is rounded to the half dtype once for ``d weight``; ``d hidden = dz·W`` is a float32 GEMM (the W
+  tile upcast), because that sum over the vocabulary cancels when one token dominates and a half
+  GEMM's rounding of its input or output (2^-8 of the large terms) breaks the spec's bfloat16
+  tolerance for the small result (seeds 1070 and 1969 of `token_logprobs_from_hidden` did).
 
 float16 on CPU (no fast half GEMM there) is computed in float32.
 """
@@ -66,12 +69,9 @@ _VOCAB_TILE = 2048
 _CUDA_SCALE = 4
 
 
-# The half-GEMM path below is faster in bfloat16 but, with its tile gradient rounded to bfloat16, the
-# hidden-state gradient can leave the spec's bfloat16 tolerance (refimpl vs oracle, seed 1070 of
-# `token_logprobs_from_hidden`: 0.077 absolute where 0.045 is allowed). Until that is resolved it is
-# opt-in: set `refimpl.fused_logprobs.HALF_PRECISION_GEMMS = True`; by default half inputs are
-# computed in float32 throughout.
-HALF_PRECISION_GEMMS = False
+# Half inputs: GEMMs in the half dtype (see the module docstring). False computes them in float32
+# throughout (slower; the same results within the spec's bfloat16 tolerance).
+HALF_PRECISION_GEMMS = True
 
 
 def _half_gemms(hidden: torch.Tensor) -> bool:
@@ -87,12 +87,12 @@ class _Tiles:
 
     def __init__(self, rows: int, width: int, D: int, dtype: torch.dtype, cdt: torch.dtype, dev: torch.device, half: bool, scratch: bool, backward: bool):
         self.half = half
-        # the float tile (not needed by the half backward of log-probs alone, whose tile pass is a half exp)
-        self.y = None if half and backward and not scratch else torch.empty(rows * width, dtype=cdt, device=dev)
+        self.y = torch.empty(rows * width, dtype=cdt, device=dev)  # the float tile
         self.scratch = torch.empty(rows * width, dtype=cdt, device=dev) if scratch else None
-        self.hi = torch.empty(rows * width, dtype=dtype, device=dev) if half else None  # half GEMM output / q
+        # half: the GEMM outputs (hi, lo) in the forward, the half tile gradient in the backward
+        self.hi = torch.empty(rows * width, dtype=dtype, device=dev) if half else None
         self.lo = torch.empty(rows * width, dtype=dtype, device=dev) if half and not backward else None
-        self.part_h = torch.empty(rows, D, dtype=dtype, device=dev) if half and backward else None
+        self.w_float = torch.empty(width, D, dtype=cdt, device=dev) if half and backward else None
         self.part_w = torch.empty(width, D, dtype=dtype, device=dev) if half and backward else None
 
     @staticmethod
@@ -124,36 +124,15 @@ class _Tiles:
         return y.mul_(inv_tau) if inv_tau != 1.0 else y
 
     def probs(self, h_chunk: torch.Tensor, w_tile: torch.Tensor, shift: tuple[torch.Tensor, ...], inv_tau: float) -> torch.Tensor:
-        """The tile p [n, v] as the gradient GEMMs read it. Native: exp(y − m − log s). Half:
-        ``exp(round(z − s_half)/τ)`` in the half dtype, i.e. p up to the per-row factor
-        e^((s − s_half)/τ) that the caller applies on the [n, D] side."""
-        if not self.half:
-            return self.log_probs(h_chunk, w_tile, shift, inv_tau).exp_()
-        n, v = h_chunk.shape[0], w_tile.shape[0]
-        raw = torch.addmm(shift[0], h_chunk, w_tile.t(), out=self.view(self.hi, n, v))
-        if inv_tau != 1.0:
-            raw.mul_(inv_tau)
-        return raw.exp_()
-
-    def gemm_operand(self, q: torch.Tensor) -> torch.Tensor:
-        """The tile gradient as the gradient GEMMs read it: itself, or rounded to the half dtype."""
-        if not self.half:
-            return q
-        return self.view(self.hi, *q.shape).copy_(q)
+        """The float tile p = exp(log p) [n, v] (backward, log-probs alone)."""
+        return self.log_probs(h_chunk, w_tile, shift, inv_tau).exp_()
 
     def accumulate(self, q: torch.Tensor, w_tile: torch.Tensor, rhs: torch.Tensor, acc: torch.Tensor | None, d_w: torch.Tensor | None) -> None:
-        """``acc += q·W_tile`` and ``d_w += qᵀ·rhs`` (float accumulators; half products added in float)."""
-        if not self.half:
-            if acc is not None:
-                acc.addmm_(q, w_tile)
-            if d_w is not None:
-                d_w.addmm_(q.t(), rhs)
-            return
-        n, v = q.shape
+        """``acc += q·W_tile`` and ``d_w += qᵀ·rhs`` (native dtype)."""
         if acc is not None:
-            acc.add_(torch.mm(q, w_tile, out=self.part_h[:n]))
+            acc.addmm_(q, w_tile)
         if d_w is not None:
-            d_w.add_(torch.mm(q.t(), rhs, out=self.part_w[:v]))
+            d_w.addmm_(q.t(), rhs)
 
 
 class _HiddenSoftmax(torch.autograd.Function):
@@ -215,64 +194,148 @@ class _HiddenSoftmax(torch.autograd.Function):
         V = weight.shape[0]
         _, cdt = compute_dtypes(hidden)
         half = _half_gemms(hidden)
-        gdt = hidden.dtype if half else cdt
         dev = hidden.device
         n_tok = pred_rows.numel()
         g_lp = _upstream(grad_lp, out_pos, cdt) if targets is not None and grad_lp is not None else None
         g_h = _upstream(grad_ent, out_pos, cdt) if ent is not None and grad_ent is not None else None
         d_hidden = torch.zeros(B * T, D, dtype=hidden.dtype, device=dev) if need_h else None
-        d_weight = torch.zeros(V, D, dtype=cdt, device=dev) if need_w else None
-        if n_tok and (g_lp is not None or g_h is not None) and (need_h or need_w):
-            rows, width = min(chunk, n_tok), min(vchunk, V)
-            tiles = _Tiles(rows, width, D, gdt, cdt, dev, half, g_h is not None, backward=True)
-            w_tiles = _WeightTiles(weight, gdt, vchunk)
-            h_flat = hidden.reshape(B * T, D)
-            for chunk_start in range(0, n_tok, rows):
-                sl = slice(chunk_start, chunk_start + rows)
-                chunk_rows = pred_rows[sl]
-                # native: h/τ (then dW = dzᵀ·(h/τ)); half: the raw rows, 1/τ applied in float32
-                h_chunk = _chunk_rows(h_flat, chunk_rows, gdt, 1.0 if half else inv_tau)
-                n = h_chunk.shape[0]
-                shift = _shift(row_max[sl], log_sum[sl], inv_tau, half, gdt)
-                tgt = None if g_lp is None else targets[sl]
-                # dL/dy (y = z/τ) = g ⊙ (onehot − p) − g_H ⊙ p ⊙ (log p + H). The tiles carry only the
-                # dense part; the one-hot part g ⊙ W[x] (dh) and g ⊙ h at rows x (dW) is added exactly
-                # per chunk. Log-probs alone: the tile is p, and the per-row factor −g moves onto the
-                # [n, D] side (dh = −g ⊙ (p·W), dW = pᵀ·(−g ⊙ h)), so the tile pass is one exp.
-                # (Half: p = exp(round(z − s_half)/τ)·e^(−(s − s_half)/τ), the row factor taking the
-                # second term, so the tile pass is one half exp.)
-                if g_h is None:
-                    row_factor = -g_lp[sl] if not half else -g_lp[sl] * torch.exp(-shift[1].squeeze(1) * inv_tau)
-                else:
-                    row_factor, coef_logp = None, -g_h[sl]
-                    coef_one = coef_logp * ent[sl]
-                    if tgt is not None:
-                        coef_one -= g_lp[sl]
-                rhs = None
-                if d_weight is not None:  # the right operand of dW += qᵀ·rhs: (factor ⊙) h/τ
-                    rhs = _weight_grad_operand(h_chunk, row_factor, 1.0 if not half else inv_tau, cdt)
-                acc = torch.zeros(n, D, dtype=cdt, device=dev) if need_h else None
-                for vocab_start in range(0, V, vchunk):
-                    w_tile = w_tiles.get(vocab_start)
-                    if g_h is None:
-                        q = tiles.probs(h_chunk, w_tile, shift, inv_tau)
-                    else:
-                        y = tiles.log_probs(h_chunk, w_tile, shift, inv_tau)
-                        q = tiles.gemm_operand(tile_grad_(y, tiles.view(tiles.scratch, n, y.shape[1]), coef_logp, coef_one))
-                    d_w = None if d_weight is None else d_weight[vocab_start : vocab_start + vchunk]
-                    tiles.accumulate(q, w_tile, rhs, acc, d_w)
-                if acc is not None:
-                    if row_factor is not None:
-                        acc.mul_(row_factor.unsqueeze(1))
-                    if tgt is not None:  # + g ⊙ W[x]
-                        acc.addcmul_(weight.index_select(0, tgt).to(cdt), g_lp[sl].unsqueeze(1))
-                    d_hidden.index_copy_(0, chunk_rows, acc.mul_(inv_tau).to(hidden.dtype))
-                if d_weight is not None and tgt is not None:  # + g ⊙ h/τ at rows x
-                    h_scaled = h_chunk.to(cdt) * (g_lp[sl] * (inv_tau if half else 1.0)).unsqueeze(1)
-                    d_weight.index_add_(0, tgt, h_scaled)
+        live = n_tok and (g_lp is not None or g_h is not None) and (need_h or need_w)
+        if half:
+            d_weight = None
+            if need_w:  # written tile by tile in the weight dtype, float32 accumulation per tile
+                d_weight = (torch.empty_like if live else torch.zeros_like)(weight, memory_format=torch.contiguous_format)
+            if live:
+                _backward_half(hidden, weight, pred_rows, targets, row_max, log_sum, ent, g_lp, g_h,
+                               inv_tau, chunk, vchunk, d_hidden, d_weight)
+        else:
+            d_weight = torch.zeros(V, D, dtype=cdt, device=dev) if need_w else None
+            if live:
+                _backward_native(hidden, weight, pred_rows, targets, row_max, log_sum, ent, g_lp, g_h,
+                                 inv_tau, chunk, vchunk, d_hidden, d_weight)
         grad_hidden = None if d_hidden is None else d_hidden.view(B, T, D)
         grad_weight = None if d_weight is None else d_weight.to(weight.dtype)
         return grad_hidden, grad_weight, None, None, None, None, None, None, None
+
+
+def _backward_native(hidden, weight, pred_rows, targets, row_max, log_sum, ent, g_lp, g_h, inv_tau, chunk, vchunk, d_hidden, d_weight):
+    """The backward in the compute dtype (float32/float64; float16 on CPU upcast tile by tile): token
+    chunks outside, vocabulary tiles inside; d_hidden / d_weight (compute dtype) filled in place."""
+    B, T, D = hidden.shape
+    V = weight.shape[0]
+    _, cdt = compute_dtypes(hidden)
+    dev = hidden.device
+    n_tok = pred_rows.numel()
+    need_h = d_hidden is not None
+    rows, width = min(chunk, n_tok), min(vchunk, V)
+    tiles = _Tiles(rows, width, D, cdt, cdt, dev, False, g_h is not None, backward=True)
+    w_tiles = _WeightTiles(weight, cdt, vchunk)
+    h_flat = hidden.reshape(B * T, D)
+    for chunk_start in range(0, n_tok, rows):
+        sl = slice(chunk_start, chunk_start + rows)
+        chunk_rows = pred_rows[sl]
+        h_chunk = _chunk_rows(h_flat, chunk_rows, cdt, inv_tau)  # h/τ: dW = dzᵀ·(h/τ)
+        n = h_chunk.shape[0]
+        shift = (row_max[sl].unsqueeze(1), log_sum[sl].unsqueeze(1))
+        tgt = None if g_lp is None else targets[sl]
+        # dL/dy (y = z/τ) = g ⊙ (onehot − p) − g_H ⊙ p ⊙ (log p + H). The tiles carry only the
+        # dense part; the one-hot part g ⊙ W[x] (dh) and g ⊙ h at rows x (dW) is added exactly
+        # per chunk. Log-probs alone: the tile is p, and the per-row factor −g moves onto the
+        # [n, D] side (dh = −g ⊙ (p·W), dW = pᵀ·(−g ⊙ h)), so the tile pass is one exp.
+        if g_h is None:
+            row_factor = -g_lp[sl]
+        else:
+            row_factor, coef_logp = None, -g_h[sl]
+            coef_one = coef_logp * ent[sl]
+            if tgt is not None:
+                coef_one -= g_lp[sl]
+        rhs = None
+        if d_weight is not None:  # the right operand of dW += qᵀ·rhs
+            rhs = h_chunk if row_factor is None else h_chunk * row_factor.unsqueeze(1)
+        acc = torch.zeros(n, D, dtype=cdt, device=dev) if need_h else None
+        for vocab_start in range(0, V, vchunk):
+            w_tile = w_tiles.get(vocab_start)
+            if g_h is None:
+                q = tiles.probs(h_chunk, w_tile, shift, inv_tau)
+            else:
+                y = tiles.log_probs(h_chunk, w_tile, shift, inv_tau)
+                q = tile_grad_(y, tiles.view(tiles.scratch, n, y.shape[1]), coef_logp, coef_one)
+            d_w = None if d_weight is None else d_weight[vocab_start : vocab_start + vchunk]
+            tiles.accumulate(q, w_tile, rhs, acc, d_w)
+        if acc is not None:
+            if row_factor is not None:
+                acc.mul_(row_factor.unsqueeze(1))
+            if tgt is not None:  # + g ⊙ W[x]
+                acc.addcmul_(weight.index_select(0, tgt).to(cdt), g_lp[sl].unsqueeze(1))
+            d_hidden.index_copy_(0, chunk_rows, acc.mul_(inv_tau).to(hidden.dtype))
+        if d_weight is not None and tgt is not None:  # + g ⊙ h/τ at rows x
+            d_weight.index_add_(0, tgt, h_chunk * g_lp[sl].unsqueeze(1))
+
+
+def _backward_half(hidden, weight, pred_rows, targets, row_max, log_sum, ent, g_lp, g_h, inv_tau, chunk, vchunk, d_hidden, d_weight):
+    """The backward with half GEMMs: vocabulary tiles outside, token chunks inside, so that each
+    tile of d_weight accumulates in float32 over all tokens and is written once in the half dtype
+    (no float32 copy of d_weight); d_hidden accumulates in float32 for the valid rows. Per tile:
+    log p from one GEMM shifted by the saved log-sum-exp, the tile gradient in float32 with its
+    one-hot term (so that a dominant target cancels inside the GEMMs), d_hidden += q·W (float32
+    GEMM, the W tile upcast), d_weight += half(q)ᵀ·rhs (half GEMM). See the module docstring."""
+    B, T, D = hidden.shape
+    V = weight.shape[0]
+    gdt, cdt = hidden.dtype, compute_dtypes(hidden)[1]
+    dev = hidden.device
+    n_tok = pred_rows.numel()
+    need_h, need_w = d_hidden is not None, d_weight is not None
+    rows, width = min(chunk, n_tok), min(vchunk, V)
+    tiles = _Tiles(rows, width, D, gdt, cdt, dev, True, g_h is not None, backward=True)
+    h_rows = hidden.reshape(B * T, D).index_select(0, pred_rows)  # [n_tok, D], half
+    neg_s_half, rest = _shift(row_max, log_sum, inv_tau, True, gdt)
+    # dL/dy (y = z/τ) = g ⊙ (onehot − p) − g_H ⊙ p ⊙ (log p + H). Log-probs alone: the tile is
+    # p − onehot and the per-row factor −g moves onto the [n, D] side.
+    if g_h is None:
+        row_factor, coef_logp, coef_one = -g_lp, None, None
+        onehot = torch.full_like(g_lp, -1.0)
+    else:
+        row_factor, coef_logp = None, -g_h
+        coef_one = coef_logp * ent
+        onehot = None
+        if g_lp is not None:
+            coef_one -= g_lp
+            onehot = g_lp
+    rhs = None
+    if need_w:  # dW = qᵀ·(row_factor ⊙ h/τ), in the half dtype
+        rhs = h_rows.to(cdt)
+        if row_factor is not None:
+            rhs.mul_(row_factor.unsqueeze(1))
+        rhs = (rhs.mul_(inv_tau) if inv_tau != 1.0 else rhs).to(gdt)
+    acc = torch.zeros(n_tok, D, dtype=cdt, device=dev) if need_h else None
+    dw_tile = torch.empty(width, D, dtype=cdt, device=dev) if need_w else None
+    for vocab_start in range(0, V, vchunk):
+        w_tile = weight[vocab_start : vocab_start + vchunk]
+        v = w_tile.shape[0]
+        w_float = tiles.w_float[:v].copy_(w_tile) if need_h else None
+        if need_w:
+            dw_tile[:v].zero_()
+        for chunk_start in range(0, n_tok, rows):
+            sl = slice(chunk_start, chunk_start + rows)
+            h_chunk = h_rows[sl]
+            n = h_chunk.shape[0]
+            y = tiles.log_probs(h_chunk, w_tile, (neg_s_half[sl], rest[sl]), inv_tau)
+            if g_h is None:
+                q = y.exp_()
+            else:
+                q = tile_grad_(y, tiles.view(tiles.scratch, n, v), coef_logp[sl], coef_one[sl])
+            if onehot is not None:
+                _add_at_targets(q, targets[sl], vocab_start, vchunk >= V, onehot[sl])
+            if need_h:
+                acc[sl].addmm_(q, w_float)
+            if need_w:
+                q_half = tiles.view(tiles.hi, n, v).copy_(q)
+                dw_tile[:v].add_(torch.mm(q_half.t(), rhs[sl], out=tiles.part_w[:v]))
+        if need_w:
+            d_weight[vocab_start : vocab_start + v].copy_(dw_tile[:v])
+    if need_h:
+        if row_factor is not None:
+            acc.mul_(row_factor.unsqueeze(1))
+        d_hidden.index_copy_(0, pred_rows, acc.mul_(inv_tau).to(hidden.dtype))
 
 
 class _WeightTiles:
@@ -296,18 +359,6 @@ def _chunk_rows(h_flat: torch.Tensor, rows: torch.Tensor, gdt: torch.dtype, inv_
     return h.mul_(inv_tau) if inv_tau != 1.0 else h
 
 
-def _weight_grad_operand(h_chunk: torch.Tensor, row_factor: torch.Tensor | None, inv_tau: float, cdt: torch.dtype) -> torch.Tensor:
-    """``row_factor ⊙ h_chunk · inv_tau`` in the dtype of ``h_chunk`` (formed in float32 for half rows)."""
-    if row_factor is None and inv_tau == 1.0:
-        return h_chunk
-    rhs = h_chunk.to(cdt) if h_chunk.dtype != cdt else h_chunk.clone()
-    if row_factor is not None:
-        rhs.mul_(row_factor.unsqueeze(1))
-    if inv_tau != 1.0:
-        rhs.mul_(inv_tau)
-    return rhs.to(h_chunk.dtype)
-
-
 def _shift(m: torch.Tensor, log_s: torch.Tensor, inv_tau: float, half: bool, gdt: torch.dtype) -> tuple[torch.Tensor, ...]:
     """What the backward subtracts from a tile to get log p: native (m, log s) as columns; half
     (−s_half, s − s_half) with s = τ·(m + log s) in logit units and s_half = s rounded to ``gdt``."""
@@ -329,6 +380,19 @@ def _target_logits(
     val = y.gather(1, local.clamp(0, v - 1).unsqueeze(1)).squeeze(1)
     inside = (local >= 0) & (local < v)
     return torch.where(inside, val, torch.zeros_like(val) if prev is None else prev)
+
+
+def _add_at_targets(
+    q: torch.Tensor, targets: torch.Tensor, vocab_start: int, whole_vocab: bool, values: torch.Tensor
+) -> None:
+    """q[r, x_r − vocab_start] += values[r] for the rows whose target lies in this vocabulary tile."""
+    if whole_vocab:
+        q.scatter_add_(1, targets.unsqueeze(1), values.unsqueeze(1))
+        return
+    v = q.shape[1]
+    local = targets - vocab_start
+    inside = (local >= 0) & (local < v)
+    q.scatter_add_(1, local.clamp(0, v - 1).unsqueeze(1), torch.where(inside, values, 0.0).unsqueeze(1))
 
 
 def _upstream(grad: torch.Tensor, out_pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
