@@ -100,6 +100,30 @@ def target_checks(result: dict) -> list[dict]:
     return checks
 
 
+def flop_floors(result: dict) -> list[dict]:
+    """Per shape and dtype with a refimpl forward + backward row and a measured GEMM rate: the time of
+    6·N·D·V and 8·N·D·V FLOPs at that rate, refimpl's time and the fastest other implementation."""
+    rates = {(g["N"], g["D"], g["V"], g["dtype"]): g.get("gflops") for g in result.get("gemm", [])}
+    floors = []
+    for N, D, V in _shapes(result):
+        for dtype in ("float32", "bfloat16"):
+            rate = rates.get((N, D, V, dtype))
+            rows = [r for r in _rows(result, N=N, D=D, V=V, dtype=dtype, mode="fwd+bwd") if r.get("median_s") is not None]
+            ref = next((r for r in rows if r["impl"] == "refimpl"), None)
+            if not rate or ref is None:
+                continue
+            others = [r for r in rows if r["impl"] != "refimpl"]
+            fastest = min(others, key=lambda r: r["median_s"]) if others else None
+            flops = N * D * V / (rate * 1e9)
+            floors.append({
+                "N": N, "V": V, "dtype": dtype, "floor6_s": 6 * flops, "floor8_s": 8 * flops,
+                "refimpl_s": ref["median_s"], "fastest": None if fastest is None else fastest["impl"],
+                "fastest_s": None if fastest is None else fastest["median_s"],
+                "fastest_mb": None if fastest is None else fastest["peak_extra_mb"],
+            })
+    return floors
+
+
 def _machine_line(result: dict) -> str:
     m = result.get("machine", {})
     gemm = ", ".join(f"{_SHORT.get(k, k)} {v:.0f}" for k, v in (m.get("gemm_gflops") or {}).items() if v)
@@ -123,6 +147,9 @@ def bench_table_markdown(path: str | Path | dict) -> str:
     out: list[str] = []
     if result.get("command"):
         out.append(f"Command: `{result['command']}`  ")
+    for update in result.get("updates", []):
+        if update.get("command"):
+            out.append(f"then, replacing or adding the rows it measured: `{update['command']}`  ")
     out.append(f"Machine: {_machine_line(result)}.")
     out.append("")
     out.append("Log-probs of N tokens from hidden [N, D] and LM-head weight [V, D]; each cell is the median time / "
@@ -134,7 +161,9 @@ def bench_table_markdown(path: str | Path | dict) -> str:
                "and cce return float32.")
     for N, D, V in _shapes(result):
         out.append("")
-        out.append(f"**N = {N}, D = {D}, V = {V}** (float32 logits would be {N * V * 4 / 2**20:.0f} MB)")
+        reps = sorted({len(r.get("times") or []) for r in _rows(result, N=N, D=D, V=V) if r.get("median_s") is not None})
+        calls = f"; median of {'/'.join(map(str, reps))} timed call{'s' if reps != [1] else ''} after a warm-up" if reps else ""
+        out.append(f"**N = {N}, D = {D}, V = {V}** (float32 logits would be {N * V * 4 / 2**20:.0f} MB{calls})")
         out.append("")
         cols = [(dt, mode) for dt, mode in _COLUMNS if _rows(result, N=N, D=D, V=V, dtype=dt, mode=mode)]
         out.append("| impl | " + " | ".join(f"{_SHORT.get(dt, dt)} {mode}" for dt, mode in cols) + " | max abs err logp |")
@@ -199,6 +228,20 @@ def bench_table_markdown(path: str | Path | dict) -> str:
             sign = {">=": "≥", "<=": "≤", "<": "<"}[c["op"]]
             met = {True: "yes", False: "**no**", None: "n/a"}[c["ok"]]
             out.append(f"| {c['what']} | {shape} | {_SHORT.get(c['dtype'], c['dtype'])} | {val} | {sign} {lim} | {met} |")
+    floors = flop_floors(result)
+    if floors:
+        out.append("")
+        out.append("**FLOP floors** (forward + backward, at the plain GEMM rate measured in the same run): an exact "
+                   "implementation does at least the three GEMMs, 6·N·D·V FLOPs; one that keeps no [N, V] tensor "
+                   "(a fused path under the memory targets) must recompute the logits in the backward, "
+                   "8·N·D·V FLOPs, so its GEMM efficiency is at most 0.75 and its time at least the 8·N·D·V floor.")
+        out.append("")
+        out.append("| shape | dtype | 6NDV floor | 8NDV floor | refimpl | fastest other |")
+        out.append("|---|---|---|---|---|---|")
+        for f in floors:
+            fastest = "–" if f["fastest"] is None else f"{f['fastest_s']:.2f} s ({f['fastest']}, {f['fastest_mb']:.0f} MB)"
+            out.append(f"| N={f['N']}, V={f['V']} | {_SHORT.get(f['dtype'], f['dtype'])} | {f['floor6_s']:.2f} s | "
+                       f"{f['floor8_s']:.2f} s | {f['refimpl_s']:.2f} s | {fastest} |")
     if any(_contended(r) for r in result.get("logprob", []) + result.get("gae", [])):
         out.append("")
         out.append("† other processes used more than 0.3 cores during some of the timed calls (no quiet window found).")

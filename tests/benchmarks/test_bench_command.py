@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from conformance.bench import GAE_ROW_KEYS, LOGPROB_ROW_KEYS, bench_table_markdown, target_checks
+from conformance.bench.table import flop_floors
 from conformance.bench.impls import GAE_IMPLS, LOGPROB_IMPLS, available
 
 
@@ -82,3 +83,23 @@ def test_every_peer_reports_whether_it_is_installed():
     for impl in LOGPROB_IMPLS:
         ok, why = available(impl)
         assert ok or why.startswith("not installed")
+
+
+def test_flop_floors_use_the_gemm_rate_of_the_same_run():
+    # 8192·512·32000 = 1.342e11; at 100 GFLOP/s 6NDV takes 8.05 s and 8NDV 10.74 s (by hand)
+    result = {
+        "quick": False,
+        "gemm": [{"N": 8192, "D": 512, "V": 32000, "dtype": "float32", "gflops": 100.0}],
+        "logprob": [_row("refimpl", 11.0, 90.0), _row("naive", 9.0, 3000.0), _row("liger", 12.0, 240.0)],
+        "updates": [{"command": "rlspec bench --update --json x.json"}],
+        "machine": {"cores": 2, "threads": 2, "torch": "x"},
+    }
+    (floor,) = flop_floors(result)
+    assert floor["floor6_s"] == pytest.approx(8.0530, rel=1e-4)
+    assert floor["floor8_s"] == pytest.approx(10.7374, rel=1e-4)
+    assert (floor["fastest"], floor["fastest_s"], floor["fastest_mb"]) == ("naive", 9.0, 3000.0)
+    text = bench_table_markdown(result)
+    assert "| N=8192, V=32000 | fp32 | 8.05 s | 10.74 s | 11.00 s | 9.00 s (naive, 3000 MB) |" in text
+    assert "`rlspec bench --update --json x.json`" in text
+    result["gemm"] = []
+    assert flop_floors(result) == []
