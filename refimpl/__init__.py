@@ -19,10 +19,8 @@ from refimpl.logprobs import token_entropy, token_logprobs
 from refimpl.losses import cispo_token_loss, gspo_token_loss, pg_token_loss, ppo_token_loss, value_token_loss
 from refimpl.metrics import ppo_clipped_mask
 from refimpl.rewards import rlhf_token_rewards
-from refimpl.distributed import (  # noqa: E402  (multi-GPU: DP-exact aggregation, vocabulary parallelism)
-    StepCounts,
-    micro_batch_loss,
-    step_counts,
+from refimpl.distributed import StepCounts, micro_batch_loss, step_counts  # noqa: E402  (DP-exact aggregation)
+from refimpl.vocab_parallel import (  # noqa: E402  (tensor-parallel LM head)
     vocab_parallel_token_entropy,
     vocab_parallel_token_entropy_from_hidden,
     vocab_parallel_token_logprobs,

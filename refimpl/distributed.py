@@ -31,7 +31,7 @@ counted twice. Without ``torch.distributed`` initialised both functions work on 
 (no communication, ``W = 1``), so the same trainer code runs single-device.
 
 The vocabulary-parallel log-probs and entropies (Megatron-style tensor parallelism of the LM head)
-are in :mod:`refimpl.vocab_parallel` and re-exported here; packed sequences in :mod:`refimpl.packed`.
+are in :mod:`refimpl.vocab_parallel`; packed sequences in :mod:`refimpl.packed`.
 """
 
 from __future__ import annotations
@@ -43,25 +43,12 @@ import torch
 
 from refimpl.aggregation import AGGREGATION_MODES, aggregate
 from refimpl.validation import check_choice, check_int, check_mask, errors_as
-from refimpl.vocab_parallel import (
-    comm_device,
-    group_size,
-    vocab_parallel_token_entropy,
-    vocab_parallel_token_entropy_from_hidden,
-    vocab_parallel_token_logprobs,
-    vocab_parallel_token_logprobs_and_entropy_from_hidden,
-    vocab_parallel_token_logprobs_from_hidden,
-)
+from refimpl.vocab_parallel import comm_device, group_size
 
 __all__ = [
     "StepCounts",
     "step_counts",
     "micro_batch_loss",
-    "vocab_parallel_token_logprobs",
-    "vocab_parallel_token_entropy",
-    "vocab_parallel_token_logprobs_from_hidden",
-    "vocab_parallel_token_entropy_from_hidden",
-    "vocab_parallel_token_logprobs_and_entropy_from_hidden",
 ]
 
 

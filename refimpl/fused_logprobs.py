@@ -287,7 +287,7 @@ def _backward_half(hidden, weight, pred_rows, targets, row_max, log_sum, ent, g_
     rows, width = min(chunk, n_tok), min(vchunk, V)
     tiles = _Tiles(rows, width, D, gdt, cdt, dev, True, g_h is not None, backward=True)
     h_rows = hidden.reshape(B * T, D).index_select(0, pred_rows)  # [n_tok, D], half
-    neg_s_half, rest = _shift(row_max, log_sum, inv_tau, True, gdt)
+    neg_s_half, rest = _half_shift(row_max, log_sum, inv_tau, gdt)
     # dL/dy (y = z/τ) = g ⊙ (onehot − p) − g_H ⊙ p ⊙ (log p + H). Log-probs alone: the tile is
     # p − onehot and the per-row factor −g moves onto the [n, D] side.
     if g_h is None:
@@ -359,11 +359,9 @@ def _chunk_rows(h_flat: torch.Tensor, rows: torch.Tensor, gdt: torch.dtype, inv_
     return h.mul_(inv_tau) if inv_tau != 1.0 else h
 
 
-def _shift(m: torch.Tensor, log_s: torch.Tensor, inv_tau: float, half: bool, gdt: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """What the backward subtracts from a tile to get log p: native (m, log s) as columns; half
-    (−s_half, s − s_half) with s = τ·(m + log s) in logit units and s_half = s rounded to ``gdt``."""
-    if not half:
-        return m.unsqueeze(1), log_s.unsqueeze(1)
+def _half_shift(m: torch.Tensor, log_s: torch.Tensor, inv_tau: float, gdt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the half backward subtracts from a tile to get log p: (−s_half, s − s_half) with
+    s = τ·(m + log s) in logit units and s_half = s rounded to ``gdt``."""
     s = (m + log_s).div_(inv_tau).unsqueeze(1)
     s_half = s.to(gdt)
     return s_half.neg(), s - s_half.to(s.dtype)
