@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from conformance import cases
@@ -60,6 +60,15 @@ class RowResult:
     # set by `check_row`, for `conformance.diagnosis`.
     evidence = ()
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RowResult:
+        """The row `to_json` wrote (non-finite errors come back as inf)."""
+        known = {f.name for f in fields(cls)}
+        row = cls(**{k: v for k, v in data.items() if k in known})
+        row.max_abs_err = float("inf") if row.max_abs_err is None else row.max_abs_err
+        row.max_rel_err = float("inf") if row.max_rel_err is None else row.max_rel_err
+        return row
+
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["max_abs_err"] = _finite_or_none(self.max_abs_err)
@@ -91,6 +100,11 @@ class _Trial:
     case: cases.Case
     dtype: str
     adapter_kwargs: dict[str, Any]
+
+    def describe(self) -> str:
+        """'property check, seed 123, float32' / 'golden vector gae/multi-turn-gap' (crash reports)."""
+        where = f"golden vector {self.case.note}" if self.kind == "golden" else f"{self.kind} check, seed {self.case.seed}"
+        return f"{where}, {self.dtype}" + (f", {_fmt_kwargs(self.adapter_kwargs)}" if self.adapter_kwargs else "")
 
     @property
     def metamorphic(self) -> bool:
@@ -132,8 +146,12 @@ def check_row(
     *,
     seeds: list[int],
     golden: Iterable[cases.Case] = (),
+    ref: str | None = None,
+    on_trial: Callable[[str], None] | None = None,
 ) -> RowResult:
-    """Run every check of `record` against `adapter` and fingerprint a failure."""
+    """Run every check of `record` against `adapter` and fingerprint a failure. `ref` is how the
+    user named the adapter (reproduce lines use it; default its `name`); `on_trial(description)` is
+    called before each trial."""
     row = RowResult(
         id=f"{record.function}@{adapter.name}",
         spec_id=record.spec_id,
@@ -148,7 +166,11 @@ def check_row(
         return row
 
     trials = _trials(record, adapter, seeds, golden)
-    outcomes = [(t, t.run(record, adapter)) for t in trials]
+    outcomes = []
+    for t in trials:
+        if on_trial is not None:
+            on_trial(t.describe())
+        outcomes.append((t, t.run(record, adapter)))
     outcomes = [(t, o) for t, o in outcomes if o.status not in ("ill_conditioned", "unsupported")]
     if getattr(adapter, "accepts_variants", False):
         for name in record.presets:

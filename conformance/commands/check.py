@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tqdm import tqdm
@@ -45,13 +47,17 @@ def selected_records(globs: list[str] | None) -> list[QuantityInfo]:
     return records
 
 
-def load_adapters(names: list[Any]) -> tuple[list[Any], list[reports.AdapterInfo]]:
-    """Adapters by name (built-in, entry point or `module:attribute`); an adapter object is used as is."""
+def load_adapters(names: list[Any]) -> tuple[list[Any], list[reports.AdapterInfo], list[str]]:
+    """Adapters by name (built-in, entry point or `module:attribute`); an adapter object is used as
+    is. Returns the adapters, what the report says of every name, and how each loaded adapter was
+    named (the reproduce lines use it)."""
     adapters: list[Any] = []
     infos: list[reports.AdapterInfo] = []
+    refs: list[str] = []
     for name in names:
         if not isinstance(name, str):
             adapters.append(name)
+            refs.append(name.name)
             infos.append(reports.AdapterInfo(name.name, str(name.version), name.spec_version))
             continue
         try:
@@ -61,8 +67,9 @@ def load_adapters(names: list[Any]) -> tuple[list[Any], list[reports.AdapterInfo
             infos.append(reports.AdapterInfo(name, "-", "-", status, str(exc)))
             continue
         adapters.append(adapter)
+        refs.append(name)
         infos.append(reports.AdapterInfo(adapter.name, str(adapter.version), adapter.spec_version))
-    return adapters, infos
+    return adapters, infos, refs
 
 
 def golden_cases(record: QuantityInfo) -> list:
@@ -86,33 +93,56 @@ def _diagnose(record: QuantityInfo, row: RowResult) -> list[str]:
         return [f"(diagnosis failed: {type(exc).__name__}: {exc})"]
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """The settings of one conformance run that every row is checked under."""
+
+    seed: int = 0
+    n_seeds: int = 8
+    timeout: float = 120.0
+    diagnose: bool = True
+
+
+def run_row(record: QuantityInfo, adapter: Any, ref: str, options: RunOptions,
+            on_trial: Callable[[str], None] | None = None) -> RowResult:
+    """Check one (quantity, adapter) row and diagnose it, with no timeout (the caller's job).
+    `ref` is how the user named the adapter (for the reproduce lines); `on_trial(description)` is
+    called before each adapter call (used by the isolated worker to say where a crash happened)."""
+    seeds = seeds_for(record.function, options.seed, options.n_seeds)
+    t0 = time.perf_counter()
+    row = check_row(record, adapter, seeds=seeds, golden=golden_cases(record), ref=ref, on_trial=on_trial)
+    row.seconds = time.perf_counter() - t0
+    if options.diagnose and row.status in ("fail", "error", "preset"):
+        row.consistent_with = _diagnose(record, row)
+    return row
+
+
+def error_row(record: QuantityInfo, adapter_name: str, options: RunOptions, message: str) -> RowResult:
+    """The row of a (quantity, adapter) pair whose check could not complete (timeout, crash)."""
+    return RowResult(
+        id=f"{record.function}@{adapter_name}", spec_id=record.spec_id, function=record.function,
+        adapter=adapter_name, status="error", seeds=seeds_for(record.function, options.seed, options.n_seeds),
+        message=message,
+    )
+
+
 def run_report(adapter_names: list[Any], records: list[QuantityInfo], *, seed: int, n_seeds: int,
                timeout: float, progress: bool, diagnose: bool = True) -> reports.Report:
-    adapters, infos = load_adapters(adapter_names)
+    options = RunOptions(seed=seed, n_seeds=n_seeds, timeout=timeout, diagnose=diagnose)
+    adapters, infos, refs = load_adapters(adapter_names)
     report = reports.Report(seed=seed, n_seeds=n_seeds, adapters=infos)
     start = time.perf_counter()
-    units = [(r, a) for a in adapters for r in records]
+    units = [(r, a, ref) for a, ref in zip(adapters, refs) for r in records]
     bar = tqdm(units, desc="rlspec check", unit="row", disable=not progress, file=sys.stderr, leave=False)
-    for record, adapter in bar:
+    for record, adapter, ref in bar:
         bar.set_postfix_str(f"{adapter.name}:{record.function}")
-        seeds = seeds_for(record.function, seed, n_seeds)
-
-        def on_timeout(record: QuantityInfo = record, adapter: Any = adapter, seeds: list[int] = seeds) -> RowResult:
-            return RowResult(
-                id=f"{record.function}@{adapter.name}", spec_id=record.spec_id, function=record.function,
-                adapter=adapter.name, status="error", seeds=seeds,
-                message=f"timed out after {timeout:g}s (per-row limit, --timeout)",
-            )
-
         t0 = time.perf_counter()
         row = run_with_timeout(
-            lambda: check_row(record, adapter, seeds=seeds, golden=golden_cases(record)),
+            lambda: run_row(record, adapter, ref, options),
             timeout,
-            on_timeout,
+            lambda: error_row(record, adapter.name, options, f"timed out after {timeout:g}s (per-row limit, --timeout)"),
         )
         row.seconds = time.perf_counter() - t0
-        if diagnose and row.status in ("fail", "error", "preset"):
-            row.consistent_with = _diagnose(record, row)
         report.rows.append(row)
     if any(r.function == "aggregate" for r in records):  # agg.partition[<mode>]: conformance/partition.py
         from conformance.partition import partition_rows

@@ -29,7 +29,7 @@ def missing_environment_test(framework: str) -> Callable[..., None]:
         monkeypatch.delenv(f"RLSPEC_{framework.upper()}_PYTHON", raising=False)
         monkeypatch.setattr(sw, "_WORKERS", {})
         monkeypatch.setattr(sw.importlib.util, "find_spec", lambda name, *a: None)
-        adapters, infos = load_adapters([framework])
+        adapters, infos, _ = load_adapters([framework])
         assert adapters == []
         assert infos[0].status == "not_installed", infos[0]
         assert "cannot import" in infos[0].message and f"rlspec frameworks install {framework}" in infos[0].message

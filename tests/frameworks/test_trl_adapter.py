@@ -48,7 +48,7 @@ def test_adapter_attributes(adapter):
 
 def test_missing_trl_is_a_not_installed_row(monkeypatch):
     monkeypatch.setitem(sys.modules, "trl", None)  # `import trl` now raises ImportError
-    adapters, infos = load_adapters(["trl"])
+    adapters, infos, _ = load_adapters(["trl"])
     assert adapters == []
     assert infos[0].status == "not_installed", infos[0]
     assert "cannot import" in infos[0].message

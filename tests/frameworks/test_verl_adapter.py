@@ -43,7 +43,7 @@ def test_environment_without_verl_is_a_not_installed_row(monkeypatch):
         pytest.skip("verl is importable in this interpreter")
     monkeypatch.setenv("RLSPEC_VERL_PYTHON", sys.executable)
     monkeypatch.setattr(sw, "_WORKERS", {})
-    adapters, infos = load_adapters(["verl"])
+    adapters, infos, _ = load_adapters(["verl"])
     assert adapters == [] and infos[0].status == "not_installed", infos[0]
     assert "ModuleNotFoundError" in infos[0].message
 
