@@ -1,7 +1,8 @@
-"""Tables of the README that are generated from code, so they cannot drift.
+"""Tables of the README and of the spec's api.md that are generated from code, so they cannot drift.
 
 `rlspec readme --write` rewrites every block between `<!-- BEGIN GENERATED: name -->` and
-`<!-- END GENERATED: name -->`; `rlspec readme --check` (run by the tests) fails when one is stale.
+`<!-- END GENERATED: name -->` of every file in `DOCUMENTS`; `rlspec readme --check` (run by the
+tests) fails when one is stale.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from conformance.registry import REGISTRY
 from conformance.tolerances import DEFAULT, OVERRIDES
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+API = spec.SPEC_DIR / "api.md"
+DOCUMENTS = (README, API)  # the files whose generated blocks `rlspec readme` writes and checks
 BLOCK = re.compile(
     r"(<!-- BEGIN GENERATED: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
     re.S,
@@ -49,6 +52,18 @@ def tolerance_table() -> str:
         lines.append(f"| (default) | {dtype} | value, grad | {tol.rtol:g} | {tol.atol:g} | {tol.reason} |")
     for (spec_id, dtype, what), tol in OVERRIDES.items():
         lines.append(f"| `{spec_id}` | {dtype} | {what} | {tol.rtol:g} | {tol.atol:g} | {tol.reason} |")
+    return "\n".join(lines)
+
+
+def adapter_keywords_table() -> str:
+    """api.md, "Adapter protocol (v2)": the keywords a check passes each function of an adapter."""
+    lines = ["| function | keywords passed | keywords never passed (left at canonical default) |", "|---|---|---|"]
+    for q in REGISTRY:
+        passed = ", ".join(f"`{k}`" for k in q.question) or "-"
+        if q.partition_keywords:
+            passed += "; " + ", ".join(f"`{k}`" for k in q.partition_keywords) + " (invariant:partition)"
+        never = ", ".join(f"`{k}={v!r}`" for k, v in q.canonical_keywords().items()) or "-"
+        lines.append(f"| `{q.function}` | {passed} | {never} |")
     return "\n".join(lines)
 
 
@@ -129,6 +144,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "presets": preset_table,
     "tolerances": tolerance_table,
     "commands": command_table,
+    "adapter-keywords": adapter_keywords_table,
 }
 
 
@@ -136,7 +152,7 @@ def render(text: str) -> str:
     def replace(m: re.Match[str]) -> str:
         name = m.group("name")
         if name not in GENERATORS:
-            raise KeyError(f"README block {name!r} has no generator; known: {sorted(GENERATORS)}")
+            raise KeyError(f"generated block {name!r} has no generator; known: {sorted(GENERATORS)}")
         return f"{m.group(1)}{GENERATORS[name]()}\n{m.group(4)}"
 
     return BLOCK.sub(replace, text)

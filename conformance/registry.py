@@ -49,6 +49,10 @@ INVARIANTS = {
     "detached": "no gradient reaches the inputs the spec makes constants (stop_grad_args)",
 }
 
+# The global counts the `invariant:partition` check passes on top of the question keywords
+# (`conformance.invariants.run_partition`).
+PARTITION_KEYWORDS = ("num_tokens", "num_seqs")
+
 
 @dataclass(frozen=True)
 class QuantityInfo:
@@ -85,6 +89,23 @@ class QuantityInfo:
 
     def strategy(self) -> st.SearchStrategy[cases.Case]:
         return cases.strategy(self.function)
+
+    @property
+    def partition_keywords(self) -> tuple[str, ...]:
+        """The keywords the `invariant:partition` check passes on top of the question (none for a
+        record without that check)."""
+        return PARTITION_KEYWORDS if "partition" in self.invariants else ()
+
+    def canonical_keywords(self) -> dict[str, Any]:
+        """The oracle's keywords that a check never passes an adapter, with their canonical
+        defaults: the adapter is held to computing the quantity at these values (only the preset
+        checks of an `accepts_variants` adapter pass some of them)."""
+        passed = self.question + self.partition_keywords
+        return {
+            name: p.default
+            for name, p in inspect.signature(self.oracle).parameters.items()
+            if p.kind is p.KEYWORD_ONLY and name not in passed
+        }
 
     def question_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         """The part of a case's keywords that a conformance check asks an adapter for."""

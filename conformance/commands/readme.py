@@ -1,4 +1,5 @@
-"""`rlspec readme`: regenerate (or check) the README's generated tables."""
+"""`rlspec readme`: regenerate (or check) the tables made from code, in the README and in the
+spec's api.md (`conformance.readme.DOCUMENTS`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from conformance import readme
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("readme", help="regenerate or check the README tables made from code")
+    p = subparsers.add_parser("readme", help="regenerate or check the README and api.md tables made from code")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="rewrite the generated blocks")
     mode.add_argument("--check", action="store_true", help="exit 1 if a generated block is stale")
@@ -16,12 +17,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    text = readme.README.read_text()
-    if args.write:
-        readme.README.write_text(readme.render(text))
-        return 0
-    stale = readme.stale_blocks(text)
-    if stale:
-        print(f"README blocks out of date: {', '.join(stale)}; run `rlspec readme --write`")
-        return 1
-    return 0
+    stale_anywhere = False
+    for path in readme.DOCUMENTS:
+        text = path.read_text()
+        if args.write:
+            path.write_text(readme.render(text))
+            continue
+        stale = readme.stale_blocks(text)
+        if stale:
+            print(f"{path.name} blocks out of date: {', '.join(stale)}; run `rlspec readme --write`")
+            stale_anywhere = True
+    return int(stale_anywhere)

@@ -1,4 +1,5 @@
-"""The README stays true: generated tables are current, and its adapter example works as stated."""
+"""The README and api.md stay true: generated tables are current, and the README's adapter example
+works as stated."""
 
 from __future__ import annotations
 
@@ -6,12 +7,27 @@ import re
 import sys
 import types
 
+import pytest
+
 from conformance import readme
+from conformance.cli import main
 from conformance.commands.check import run_report, selected_records
 
 
-def test_generated_blocks_are_current():
-    assert readme.stale_blocks(readme.README.read_text()) == [], "run `rlspec readme --write`"
+@pytest.mark.parametrize("path", readme.DOCUMENTS, ids=lambda p: p.name)
+def test_generated_blocks_are_current(path):
+    assert readme.stale_blocks(path.read_text()) == [], "run `rlspec readme --write`"
+
+
+def test_readme_check_fails_on_a_stale_api_md_and_write_fixes_it(tmp_path, monkeypatch):
+    stale = tmp_path / "api.md"
+    fresh = readme.API.read_text()
+    stale.write_text(fresh.replace("| `gae` | `gamma`, `lam` |", "| `gae` | `gamma` |"))
+    monkeypatch.setattr(readme, "DOCUMENTS", (stale,))
+    assert main(["readme", "--check"]) == 1
+    assert main(["readme", "--write"]) == 0
+    assert stale.read_text() == fresh
+    assert main(["readme", "--check"]) == 0
 
 
 def test_the_adapter_example_behaves_as_the_readme_says(monkeypatch):
