@@ -20,7 +20,7 @@ class Mismatch:
     n_total: int
     max_abs: float
     max_abs_index: tuple[int, ...]
-    max_rel: float
+    max_rel: float  # NaN: no element off where |expected| > atol (a relative error means nothing there)
     max_rel_index: tuple[int, ...]
     actual_at: float
     expected_at: float
@@ -30,13 +30,42 @@ class Mismatch:
     def describe(self) -> str:
         if self.note:
             return f"{self.what}: {self.note}"
+        rel = (
+            f"greatest relative difference {self.max_rel:.3g} at index {self.max_rel_index}"
+            if self.max_rel == self.max_rel
+            else "no relative difference (|expected| <= atol wherever it is off)"
+        )
         return (
             f"{self.what}: {self.n_bad}/{self.n_total} elements off; "
             f"greatest absolute difference {self.max_abs:.3g} at index {self.max_abs_index} "
             f"(actual {self.actual_at:.8g}, expected {self.expected_at:.8g}); "
-            f"greatest relative difference {self.max_rel:.3g} at index {self.max_rel_index} "
-            f"(allowed: atol {self.tol.atol:g} + rtol {self.tol.rtol:g}*|expected|)"
+            f"{rel} (allowed: atol {self.tol.atol:g} + rtol {self.tol.rtol:g}*|expected|)"
         )
+
+
+def differences(actual: np.ndarray, expected: np.ndarray, atol: float) -> tuple[np.ndarray, np.ndarray]:
+    """Elementwise |actual - expected| (0 where both are NaN or the same infinity, inf where only
+    one is NaN) and the relative difference |actual - expected| / |expected|, NaN where |expected|
+    <= atol: near zero a relative error is meaningless (it would read 1e+306 next to an expected 0)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(actual - expected)
+        both_nan = np.isnan(actual) & np.isnan(expected)
+        same_inf = np.isinf(actual) & np.isinf(expected) & (np.sign(actual) == np.sign(expected))
+        diff = np.where(both_nan | same_inf, 0.0, diff)
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        scale = np.abs(expected)
+        meaningful = np.isfinite(scale) & (scale > atol)
+        rel = np.where(meaningful, diff / np.where(meaningful, scale, 1.0), np.nan)
+        rel = np.where(meaningful & (diff == 0), 0.0, rel)
+    return diff, rel
+
+
+def greatest(x: np.ndarray) -> tuple[float, tuple[int, ...]]:
+    """The largest element ignoring NaN (NaN and () when every element is NaN) and its index."""
+    if x.size == 0 or np.all(np.isnan(x)):
+        return float("nan"), ()
+    i = np.unravel_index(int(np.nanargmax(x)), x.shape)
+    return float(x[i]), tuple(int(k) for k in i)
 
 
 def compare(actual: object, expected: np.ndarray, tol: Tol, what: str = "value") -> Mismatch | None:
@@ -50,28 +79,21 @@ def compare(actual: object, expected: np.ndarray, tol: Tol, what: str = "value")
         return _shape_mismatch(what, e, tol, f"shape {a.shape}, but should be {e.shape}")
     if a.size == 0:
         return None
-    diff = np.abs(a - e)
-    both_nan = np.isnan(a) & np.isnan(e)
-    same_inf = np.isinf(a) & np.isinf(e) & (np.sign(a) == np.sign(e))
-    diff = np.where(both_nan | same_inf, 0.0, diff)
-    diff = np.where(np.isnan(diff), np.inf, diff)
+    diff, rel = differences(a, e, tol.atol)
     bad = diff > tol.atol + tol.rtol * np.abs(np.where(np.isfinite(e), e, 0.0))
     if not bad.any():
         return None
-    with np.errstate(over="ignore", invalid="ignore"):
-        rel = diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
-    rel = np.where(diff == 0, 0.0, rel)
-    i_abs = np.unravel_index(int(np.argmax(diff)), diff.shape)
-    i_rel = np.unravel_index(int(np.argmax(rel)), rel.shape)
+    max_abs, i_abs = greatest(diff)
+    max_rel, i_rel = greatest(np.where(bad, rel, np.nan))
     return Mismatch(
         what=what,
         shape=tuple(e.shape),
         n_bad=int(bad.sum()),
         n_total=int(bad.size),
-        max_abs=float(diff[i_abs]),
-        max_abs_index=tuple(int(i) for i in i_abs),
-        max_rel=float(rel[i_rel]),
-        max_rel_index=tuple(int(i) for i in i_rel),
+        max_abs=max_abs,
+        max_abs_index=i_abs,
+        max_rel=max_rel,
+        max_rel_index=i_rel,
         actual_at=float(a[i_abs]),
         expected_at=float(e[i_abs]),
         tol=tol,

@@ -14,7 +14,11 @@ For a row that fails (or errors), a mutant of `conformance.mutants` is *consiste
    dtype, and the mutant returns what the adapter returned (outputs and gradients within the
    check's tolerance, NaN where the adapter had NaN), or raises where the adapter raised.
 
-Rows that match a preset are diagnosed too (strong matches only). Both together is the strong verdict: the row lists the mutants' `Mutant.label()` ("temperature not
+Only value and gradient mismatches are evidence: a row that errored, or failed by breaking the
+calling contract, gets no hypothesis, and neither does a difference within the precision the adapter
+meets (those rows are not FAILs: `conformance.suite` reports the precision apart). The replay
+compares at that precision too (`RowResult.precision`), so a float32 framework's bug is still
+recognised. Rows that match a preset or variant are diagnosed too (strong matches only). Both together is the strong verdict: the row lists the mutants' `Mutant.label()` ("temperature not
 applied when recomputing log-probs [mutant logprob_temperature_missing, bug-catalogue #4]"). When no
 mutant reproduces the outputs, the mutants whose failure pattern fits are listed with the suffix
 `PATTERN_ONLY` (a weaker hint: same kind of failure, different numbers).
@@ -27,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from conformance import cases
-from conformance.differential import adapter_function
+from conformance.differential import adapter_function, coarser, tolerance_dtype
 from conformance.invariants import METAMORPHIC, observe
 from conformance.registry import BY_FUNCTION, QuantityInfo
 from conformance.suite import RowResult
@@ -94,8 +98,10 @@ def _replay(trial: Any, record: QuantityInfo, adapter: Any) -> tuple[str, tuple[
     return "ok", values + (grads or ())
 
 
-def reproduces(mutant: Any, record: QuantityInfo, evidence: tuple[tuple[Any, Any], ...]) -> bool:
-    """The mutant returns what the adapter returned on every failing trial (or raises where it raised)."""
+def reproduces(mutant: Any, record: QuantityInfo, evidence: tuple[tuple[Any, Any], ...],
+               precision: dict[str, str] | None = None) -> bool:
+    """The mutant returns what the adapter returned on every failing trial (or raises where it
+    raised), within the tolerance of the precision class the adapter meets for the trial's dtype."""
     if not evidence:
         return False
     adapter = mutant.adapter()
@@ -107,8 +113,9 @@ def reproduces(mutant: Any, record: QuantityInfo, evidence: tuple[tuple[Any, Any
             continue
         if status == "error":
             return False
-        value_tol = tolerance(record.spec_id, trial.dtype, "value")
-        grad_tol = tolerance(record.spec_id, trial.dtype, "grad")
+        klass = tolerance_dtype(coarser((precision or {}).get(trial.dtype, trial.dtype), trial.dtype))
+        value_tol = tolerance(record.spec_id, klass, "value")
+        grad_tol = tolerance(record.spec_id, klass, "grad")
         tol = Tol(max(value_tol.rtol, grad_tol.rtol), max(value_tol.atol, grad_tol.atol))
         n = min(len(observed), len(outcome.observed))  # an adapter may give values without gradients
         if n == 0 or not _same(outcome.observed[:n], observed[:n], tol):
@@ -122,7 +129,7 @@ def diagnose(record: QuantityInfo, row: RowResult, mutants: list[Any] | None = N
     reproduces them, the ones whose pattern fits, marked `PATTERN_ONLY`. A row that matches a preset
     lists only reproduced bugs (an adapter that ignores `estimator` and always computes k3 also
     "matches preset trl": both statements are true)."""
-    if row.status not in (*FAILED, "preset") or not row.evidence:
+    if row.status not in ("fail", "error", "preset", "variant") or not row.evidence:
         return []
     if mutants is None:
         from conformance.mutants import all_mutants
@@ -131,11 +138,11 @@ def diagnose(record: QuantityInfo, row: RowResult, mutants: list[Any] | None = N
     fitting = [m for m in mutants if record.function in m.replace
                and signature_fits(row, m.signature.get(record.function, ()))]
     failing = {k for k, v in row.checks.items() if v in FAILED}
-    strong = [m for m in fitting if reproduces(m, record, row.evidence)]
+    strong = [m for m in fitting if reproduces(m, record, row.evidence, row.precision)]
     if strong:
         strong.sort(key=lambda m: failing != set(m.signature.get(record.function, ())) & set(row.checks))
         return [m.label() for m in strong]
-    if row.status == "preset":  # already explained by a preset: only a reproduced bug is worth naming
+    if row.status in ("preset", "variant"):  # already explained: only a reproduced bug is worth naming
         return []
     return [m.label() + PATTERN_ONLY for m in fitting]
 

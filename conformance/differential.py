@@ -14,16 +14,37 @@ import numpy as np
 import torch
 
 from conformance import cases
-from conformance.compare import Mismatch, compare
+from conformance.compare import Mismatch, compare, differences, greatest
 from conformance.registry import QuantityInfo
-from conformance.tolerances import tolerance
+from conformance.tolerances import Tol, tolerance
 
 NUMPY_DTYPES = {"float64": np.float64, "float32": np.float32}
 
 
+# Precision classes, finest first: the tolerance classes of `conformance.tolerances`, plus BELOW for
+# outputs that miss even the bfloat16 class. The precision an outcome *meets* is the finest class
+# whose tolerance every one of its comparisons passes.
+PRECISIONS = ("float64", "float32", "bfloat16")
+BELOW = "below_bfloat16"
+RANK = {"float64": 0, "float32": 1, "bfloat16": 2, BELOW: 3}
+
+
+def precision_label(precision: str) -> str:
+    return precision.replace("_", " ")
+
+
+def coarser(a: str, b: str) -> str:
+    """The coarser of two precision classes."""
+    return a if RANK[a] >= RANK[b] else b
+
+
 @dataclass
 class Outcome:
-    """The result of one (quantity, adapter, dtype, case) comparison."""
+    """The result of one (quantity, adapter, dtype, case) comparison.
+
+    `status` is judged at the tolerance class `judged_at` (default: the input dtype's); `precision`
+    is the finest class the adapter's outputs meet on this case (whatever `judged_at` is), so that
+    the conformance run can judge semantics at the precision an adapter actually computes in."""
 
     status: str  # "pass", "fail", "error", "not_implemented", "ill_conditioned", "unsupported"
     record: QuantityInfo
@@ -33,39 +54,78 @@ class Outcome:
     kwargs: dict[str, Any]
     mismatches: list[Mismatch] = field(default_factory=list)
     max_abs: float = 0.0
-    max_rel: float = 0.0
+    max_rel: float = float("nan")  # NaN: no element where |expected| > atol (see compare.differences)
     message: str = ""
     grad_checked: bool = False
     # What the adapter returned on this trial (outputs, then gradients), as float64 arrays: the
     # evidence `conformance.diagnosis` replays a known bug against. Empty when the call raised.
     observed: tuple[np.ndarray, ...] = ()
+    kind: str = "property"  # the check: "property", "golden", "invariant:<name>", "preset:<name>"
+    ref: str | None = None  # how the user named the adapter (reproduce lines); default its name
+    judged_at: str | None = None  # tolerance class of `status` and `mismatches`; None: the dtype's
+    oracle_kwargs: dict[str, Any] | None = None  # the oracle's keywords when they differ from `kwargs`
+    precision: str | None = None  # finest class met (PRECISIONS or BELOW); None: nothing compared
+    contract: bool = False  # failed by breaking the calling contract (in-place edit, dtype, arity)
+    # For re-judging the same call against other oracle keywords (`rejudge`): the adapter's values,
+    # its gradients (None: none given) and the upstream the gradients were taken with.
+    values: tuple[np.ndarray, ...] = ()
+    grads: tuple[np.ndarray, ...] | None = None
+    upstream: Any = None
+
+    @property
+    def tol_class(self) -> str:
+        return self.judged_at or self.dtype
 
     def header(self) -> str:
         return (
             f"[{self.record.function} | spec {self.record.spec_id} | adapter={self.adapter} | "
-            f"{self.dtype}]"
+            f"{self.dtype}" + (f" | judged at {precision_label(self.tol_class)} precision" if self.tol_class != self.dtype else "")
+            + "]"
         )
 
     def repro(self) -> str:
-        if self.case.seed is None:  # a hand-built case (a golden vector, a framework row's batch)
+        """The `rlspec repro` line that re-runs exactly this comparison (same adapter reference,
+        case, dtype, keywords, check and precision class)."""
+        fn, ref = self.record.function, self.ref or self.adapter
+        if self.kind == "golden":
+            words = ["rlspec", "repro", fn, "--vector", self.case.note, "--adapter", ref]
+            if self.dtype != "float64":
+                words += ["--dtype", self.dtype]
+        elif self.case.seed is None:  # a hand-built case of a framework's own row
             where = f" (case {self.case.note})" if self.case.note else ""
-            return f"rlspec check --adapter {self.adapter} --only {self.record.function}{where}"
-        return (
-            f"rlspec repro {self.record.function} --seed {self.case.seed} --dtype {self.dtype} "
-            f"--adapter {self.adapter}"
-            + "".join(f" --kw {k}={v!r}" for k, v in self.kwargs.items())
-        )
+            return f"rlspec check --adapter {ref} --only {fn}{where}"
+        else:
+            words = ["rlspec", "repro", fn, "--seed", str(self.case.seed), "--dtype", self.dtype, "--adapter", ref]
+            if self.kind.startswith("invariant:"):
+                words += ["--invariant", self.kind.split(":", 1)[1]]
+        for k, v in self.kwargs.items():
+            words += ["--kw", f"{k}={v!r}"]
+        for k, v in (self.oracle_kwargs or {}).items():  # the oracle's own keywords, on top of --kw
+            if k not in self.kwargs or self.kwargs[k] != v:
+                words += ["--oracle-kw", f"{k}={v!r}"]
+        if self.tol_class != self.dtype:
+            words += ["--precision", self.tol_class]
+        return " ".join(_shell_word(w) for w in words)
 
     def report(self) -> str:
         lines = [
             self.header(),
-            f"inputs: {self.case.shapes()}; keywords: {self.kwargs}",
+            f"inputs: {self.case.shapes()}; keywords: {self.kwargs}"
+            + (f"; oracle keywords: {self.oracle_kwargs}" if self.oracle_kwargs not in (None, self.kwargs) else ""),
         ]
         lines += [m.describe() for m in self.mismatches]
         if self.message:
             lines.append(self.message)
         lines.append(f"Reproduce: {self.repro()}")
         return "\n".join(lines)
+
+
+def _shell_word(word: str) -> str:
+    """`word` as one POSIX shell word: as is when safe, else in double quotes (Python reprs of
+    strings use single quotes, so scale='batch' reads "scale='batch'")."""
+    if word and all(c.isalnum() or c in "@%+=:,./-_" for c in word):
+        return word
+    return '"' + "".join("\\" + c if c in '"\\$`' else c for c in word) + '"'
 
 
 def _to_numpy(value: Any) -> Any:
@@ -138,15 +198,19 @@ def _nan_note(name: str, actual: Any, expected: Any) -> str:
 
 
 def _output_dtype_problem(raw: Any, dtype: str) -> str | None:
-    """Torch adapters keep the input dtype (api.md "Robustness and numerical extremes"): every tensor
-    output is a float tensor of the input dtype; float32 is also accepted for bfloat16 inputs
-    (float32 accumulation returned without the final rounding, as TRL's fused head does)."""
+    """Torch adapters return float tensors no wider than the input dtype (api.md "Adapter
+    protocol"): float32 is accepted for bfloat16 inputs (float32 accumulation returned without the
+    final rounding, as TRL's fused head does); a narrower float (float32 for float64 inputs) is
+    accepted too and shows up as the precision the outputs meet. Wider or non-float outputs break
+    the contract."""
     expected = cases.TORCH_DTYPES[dtype]
-    allowed = {expected, torch.float32} if expected == torch.bfloat16 else {expected}
+    allowed = {torch.float64: {torch.float64, torch.float32, torch.bfloat16, torch.float16},
+               torch.float32: {torch.float32, torch.bfloat16, torch.float16},
+               torch.bfloat16: {torch.bfloat16, torch.float32}}[expected]
     for i, item in enumerate(_as_tuple(raw)):
         if isinstance(item, torch.Tensor) and item.dtype not in allowed:
             which = "output" if not isinstance(raw, (tuple, list)) else f"output {i}"
-            return f"{which} dtype {item.dtype}, expected {expected} (the dtype of the {dtype} inputs)"
+            return f"{which} dtype {item.dtype}, expected {expected} (the dtype of the {dtype} inputs) or a narrower float"
     return None
 
 
@@ -161,12 +225,18 @@ def run_case(
     dtype: str,
     kwargs: dict[str, Any] | None = None,
     oracle_kwargs: dict[str, Any] | None = None,
+    *,
+    kind: str = "property",
+    ref: str | None = None,
+    judged_at: str | None = None,
 ) -> Outcome:
     """Compare `adapter.<function>(**kwargs)` with `oracle.<function>(**oracle_kwargs)` on `case`
-    rounded to `dtype` (both keyword sets default to the case's own)."""
+    rounded to `dtype` (both keyword sets default to the case's own), judged at the tolerance class
+    `judged_at` (default: `dtype`'s)."""
     kw = dict(case.kwargs if kwargs is None else kwargs)
     okw = dict(kw if oracle_kwargs is None else oracle_kwargs)
-    outcome = Outcome("pass", record, getattr(adapter, "name", "?"), dtype, case, kw)
+    outcome = Outcome("pass", record, getattr(adapter, "name", "?"), dtype, case, kw, kind=kind, ref=ref,
+                      judged_at=judged_at, oracle_kwargs=None if okw == kw else okw)
     fn = adapter_function(outcome, adapter)
     if fn is None:
         return outcome
@@ -174,7 +244,6 @@ def run_case(
     if record.well_conditioned is not None and not record.well_conditioned(rounded, okw):
         outcome.status = "ill_conditioned"
         return outcome
-
     expected = _as_tuple(record.oracle(*rounded.values(), **okw))
     upstream = seeded_upstream(record, expected, case.upstream_seed, dtype) if record.grad_args else None
     return check_adapter(
@@ -188,20 +257,56 @@ def run_case(
     )
 
 
+def rejudge(outcome: Outcome, oracle_kwargs: dict[str, Any] | None = None, judged_at: str | None = None) -> Outcome:
+    """The same adapter call (not repeated) judged against the oracle under `oracle_kwargs`
+    (default: the call's own keywords) at the tolerance class `judged_at`. Outcomes that compared
+    nothing (errors, contract failures, not implemented) come back unchanged."""
+    if outcome.status not in ("pass", "fail") or outcome.contract or not outcome.values:
+        return outcome
+    record, okw = outcome.record, dict(outcome.kwargs if oracle_kwargs is None else oracle_kwargs)
+    new = Outcome("pass", record, outcome.adapter, outcome.dtype, outcome.case, outcome.kwargs, kind=outcome.kind,
+                  ref=outcome.ref, judged_at=judged_at, oracle_kwargs=None if okw == outcome.kwargs else okw,
+                  observed=outcome.observed, values=outcome.values, grads=outcome.grads, upstream=outcome.upstream)
+    rounded = cases.rounded_args(outcome.case, outcome.dtype)
+    if record.well_conditioned is not None and not record.well_conditioned(rounded, okw):
+        new.status = "ill_conditioned"
+        return new
+    expected = _as_tuple(record.oracle(*rounded.values(), **okw))
+    grads = (lambda: _as_tuple(record.oracle_grad(*rounded.values(), outcome.upstream, **okw))) if outcome.grads is not None else None
+    return judge(new, expected, grads)
+
+
 def adapter_function(outcome: Outcome, adapter: Any) -> Any:
     """`adapter.<function>` for `outcome.record`, or None after setting `outcome.status` to
-    "not_implemented" (no such attribute) or "unsupported" (`outcome.dtype` not among its dtypes)."""
+    "not_implemented" (no such attribute, or the case asks for a keyword value the adapter declares
+    in `unsupported_kwargs`) or "unsupported" (`outcome.dtype` not among its dtypes)."""
     record = outcome.record
     fn = getattr(adapter, record.function, None)
     if fn is None:
         outcome.status = "not_implemented"
         outcome.message = f"{record.function} is not implemented by adapter {outcome.adapter!r}"
         return None
-    default_dtypes = ("float64", "float32", "bfloat16") if adapter.array_api == "torch" else ("float64", "float32")
-    if outcome.dtype not in getattr(adapter, "dtypes", default_dtypes):
+    if outcome.dtype not in adapter_dtypes(adapter):
         outcome.status = "unsupported"
         return None
+    declared = (getattr(adapter, "unsupported_kwargs", None) or {}).get(record.function, {})
+    offending = {k: v for k, v in outcome.kwargs.items() if k in declared and v in tuple(declared[k])}
+    if offending:
+        outcome.status = "not_implemented"
+        outcome.message = f"not implemented ({_fmt(offending)}): declared in unsupported_kwargs"
+        return None
     return fn
+
+
+def adapter_dtypes(adapter: Any) -> tuple[str, ...]:
+    """The input dtypes an adapter is checked in (`dtypes`, default all three for torch adapters and
+    float64/float32 for NumPy ones)."""
+    default = ("float64", "float32", "bfloat16") if adapter.array_api == "torch" else ("float64", "float32")
+    return tuple(getattr(adapter, "dtypes", default))
+
+
+def _fmt(kwargs: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
 
 
 def seeded_upstream(record: QuantityInfo, expected: tuple[Any, ...], seed: int, dtype: str) -> Any:
@@ -224,7 +329,9 @@ def check_adapter(
     """Call `fn` (from `adapter_function`) on the `rounded` inputs with `outcome.kwargs`; compare its
     outputs with `expected` and, when the record has gradient arguments and the adapter gives
     gradients, its dL/d(grad args) for `upstream` with `expected_grads()` (evaluated only then).
-    The expectations come from the oracle (`run_case`) or from a golden vector."""
+    The expectations come from the oracle (`run_case`) or from a golden vector. A
+    `NotImplementedError` from the adapter marks this case "not implemented" (the keyword values it
+    asked for are named), not an error."""
     record, dtype, kw = outcome.record, outcome.dtype, outcome.kwargs
     wants_grad = bool(record.grad_args) and getattr(adapter, "supports_grad", True)
     try:
@@ -234,51 +341,73 @@ def check_adapter(
             raw, grad_inputs = _call_numpy(fn, rounded, kw, dtype), {}
         actual = _as_tuple(_to_numpy(raw))
     except AdapterMisbehaved as exc:
-        outcome.status = "fail"
-        outcome.message = str(exc)
+        return _broken(outcome, str(exc))
+    except NotImplementedError as exc:
+        outcome.status = "not_implemented"
+        outcome.message = f"not implemented ({_fmt(kw) or 'these inputs'})" + (f": {exc}" if str(exc) else "")
         return outcome
     except Exception as exc:  # an adapter error is a result, not a crash of the suite
         outcome.status = "error"
         outcome.message = f"{type(exc).__name__}: {exc}"
         return outcome
 
-    outcome.observed = actual
-    names = ("advantages", "returns") if record.output == "pair" else ("value",)
+    outcome.observed = outcome.values = actual
     if len(actual) != len(expected):
-        outcome.status = "fail"
-        outcome.message = f"returned {len(actual)} outputs, the spec has {len(expected)}"
-        return outcome
+        return _broken(outcome, f"returned {len(actual)} outputs, the spec has {len(expected)}")
     if adapter.array_api == "torch" and (problem := _output_dtype_problem(raw, dtype)) is not None:
-        outcome.status = "fail"
-        outcome.message = problem
-        return outcome
-    tol = tolerance(record.spec_id, dtype, "value")
-    for name, a, e in zip(names, actual, expected):
-        _record(outcome, compare(a, e, tol, what=name), a, e)
-        if not outcome.message:
-            outcome.message = _nan_note(name, a, e)
-
+        return _broken(outcome, problem)
     if wants_grad:
-        grads_expected = expected_grads()
+        outcome.upstream = upstream
         try:
             actual_grads = _adapter_grads(adapter, fn, raw, grad_inputs, rounded, kw, upstream, dtype, record)
         except AdapterMisbehaved as exc:
-            outcome.status = "fail"
-            outcome.message = f"gradient: {exc}"
-            return outcome
+            return _broken(outcome, f"gradient: {exc}")
         except Exception as exc:
             outcome.status = "error"
             outcome.message = f"gradient: {type(exc).__name__}: {exc}"
             return outcome
         if actual_grads is not None:
-            outcome.grad_checked = True
-            outcome.observed = outcome.observed + tuple(actual_grads)
-            gtol = tolerance(record.spec_id, dtype, "grad")
-            for name, a, e in zip(record.grad_args, actual_grads, grads_expected):
-                _record(outcome, compare(a, e, gtol, what=f"grad[{name}]"), a, e)
-    if outcome.mismatches:
-        outcome.status = "fail"
+            outcome.grads = tuple(actual_grads)
+            outcome.observed = outcome.observed + outcome.grads
+    return judge(outcome, expected, expected_grads if outcome.grads is not None else None)
+
+
+def _broken(outcome: Outcome, message: str) -> Outcome:
+    outcome.status, outcome.message, outcome.contract = "fail", message, True
     return outcome
+
+
+def judge(outcome: Outcome, expected: tuple[Any, ...], expected_grads: Callable[[], tuple[np.ndarray, ...]] | None) -> Outcome:
+    """Compare the adapter's `values` (and `grads`) held by `outcome` with the expectations: the
+    mismatches and status at `outcome.tol_class`, and the finest precision class met."""
+    record = outcome.record
+    names = ("advantages", "returns") if record.output == "pair" else ("value",)
+    pairs = [("value", name, a, e) for name, a, e in zip(names, outcome.values, expected)]
+    if outcome.grads is not None and expected_grads is not None:
+        outcome.grad_checked = True
+        pairs += [("grad", f"grad[{name}]", a, e) for name, a, e in zip(record.grad_args, outcome.grads, expected_grads())]
+    outcome.mismatches = []
+    outcome.max_abs, outcome.max_rel = 0.0, float("nan")
+    for what, name, a, e in pairs:
+        tol = tolerance(record.spec_id, tolerance_dtype(outcome.tol_class), what)
+        _record(outcome, compare(a, e, tol, what=name), a, e, tol)
+        if not outcome.message and what == "value":
+            outcome.message = _nan_note(name, a, e)
+    outcome.precision = BELOW
+    for klass in PRECISIONS:
+        if all(compare(a, e, tolerance(record.spec_id, klass, what), what=name) is None for what, name, a, e in pairs):
+            outcome.precision = klass
+            break
+    outcome.status = "fail" if outcome.mismatches else "pass"
+    if outcome.status == "pass":
+        outcome.message = ""
+    return outcome
+
+
+def tolerance_dtype(klass: str) -> str:
+    """The tolerance table's dtype for a precision class (BELOW judges at bfloat16's: a check
+    judged there only fails on what even the coarsest class rejects)."""
+    return "bfloat16" if klass == BELOW else klass
 
 
 def _adapter_grads(adapter: Any, fn: Any, raw: Any, grad_inputs: dict[str, torch.Tensor], rounded: dict[str, Any], kw: dict[str, Any], upstream: Any, dtype: str, record: QuantityInfo) -> tuple[np.ndarray, ...] | None:
@@ -304,15 +433,16 @@ def _adapter_grads(adapter: Any, fn: Any, raw: Any, grad_inputs: dict[str, torch
     return tuple(np.asarray(g, dtype=np.float64) for g in _as_tuple(grads))
 
 
-def _record(outcome: Outcome, mismatch: Mismatch | None, actual: Any, expected: Any) -> None:
+def _record(outcome: Outcome, mismatch: Mismatch | None, actual: Any, expected: Any, tol: Tol) -> None:
+    """Fold one comparison into the outcome's error figures (relative error only where |expected|
+    exceeds the absolute tolerance) and keep its mismatch."""
     a = np.asarray(actual, dtype=np.float64)
     e = np.asarray(expected, dtype=np.float64)
     if a.shape == e.shape and a.size:
-        with np.errstate(invalid="ignore", over="ignore"):
-            diff = np.abs(a - e)
-            diff = np.where(np.isnan(a) & np.isnan(e), 0.0, diff)
-            rel = np.where(diff == 0, 0.0, diff / np.maximum(np.abs(e), 1e-300))
-        outcome.max_abs = max(outcome.max_abs, float(np.nanmax(np.where(np.isnan(diff), np.inf, diff))))
-        outcome.max_rel = max(outcome.max_rel, float(np.nanmax(np.where(np.isnan(rel), np.inf, rel))))
+        diff, rel = differences(a, e, tol.atol)
+        outcome.max_abs = max(outcome.max_abs, greatest(diff)[0])
+        rel_max = greatest(rel)[0]
+        if rel_max == rel_max:
+            outcome.max_rel = rel_max if outcome.max_rel != outcome.max_rel else max(outcome.max_rel, rel_max)
     if mismatch is not None:
         outcome.mismatches.append(mismatch)

@@ -38,6 +38,7 @@ from conformance.differential import (
     _call_torch,
     _record,
     _to_numpy,
+    tolerance_dtype,
     adapter_function,
     seeded_upstream,
 )
@@ -78,9 +79,23 @@ def _names(record: QuantityInfo) -> tuple[str, ...]:
     return ("advantages", "returns") if record.output == "pair" else ("value",)
 
 
-def _start(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any]) -> tuple[Outcome, Any]:
-    outcome = Outcome("pass", record, getattr(adapter, "name", "?"), dtype, case, dict(kwargs))
+def _start(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
+           kind: str, tol_class: str | None) -> tuple[Outcome, Any]:
+    outcome = Outcome("pass", record, getattr(adapter, "name", "?"), dtype, case, dict(kwargs), kind=kind,
+                      judged_at=None if tol_class in (None, dtype) else tol_class)
     return outcome, adapter_function(outcome, adapter)
+
+
+def _tol(record: QuantityInfo, outcome: Outcome, what: str) -> Tol:
+    """The tolerance of a metamorphic comparison: the class the adapter's outputs meet (the
+    adapter compared with itself can differ by its own rounding, no more)."""
+    return tolerance(record.spec_id, tolerance_dtype(outcome.tol_class), what)
+
+
+def _not_implemented(outcome: Outcome, exc: NotImplementedError) -> Outcome:
+    outcome.status = "not_implemented"
+    outcome.message = f"not implemented ({', '.join(f'{k}={v!r}' for k, v in outcome.kwargs.items()) or 'these inputs'})" + (f": {exc}" if str(exc) else "")
+    return outcome
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,10 +103,11 @@ def _start(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwa
 # ---------------------------------------------------------------------------------------------
 
 
-def run_mask(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any]) -> Outcome:
+def run_mask(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
+             tol_class: str | None = None) -> Outcome:
     """Outputs and gradients with poison at unused positions == those on the clean case."""
     poisoned = cases.plant_masked(case, case.seed or 0)
-    outcome, fn = _start(record, adapter, poisoned, dtype, kwargs)
+    outcome, fn = _start(record, adapter, poisoned, dtype, kwargs, "invariant:mask", tol_class)
     if fn is None:
         return outcome
     clean_args = cases.rounded_args(case, dtype)
@@ -100,6 +116,8 @@ def run_mask(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, k
         return outcome
     try:
         ref_values, ref_grads = observe(record, adapter, fn, clean_args, kwargs, dtype, case.upstream_seed)
+    except NotImplementedError as exc:
+        return _not_implemented(outcome, exc)
     except Exception as exc:  # the clean call itself fails: the property check reports it too
         outcome.status, outcome.message = "error", f"clean inputs: {type(exc).__name__}: {exc}"
         return outcome
@@ -110,14 +128,14 @@ def run_mask(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, k
         outcome.message = f"with NaN/inf/1e30 at masked positions: {type(exc).__name__}: {exc}"
         return outcome
     outcome.observed = values + (grads or ())
-    tol = tolerance(record.spec_id, dtype, "value")
+    tol = _tol(record, outcome, "value")
     for name, a, e in zip(_names(record), values, ref_values):
-        _record(outcome, compare(a, e, tol, what=f"{name} (poisoned vs clean inputs)"), a, e)
+        _record(outcome, compare(a, e, tol, what=f"{name} (poisoned vs clean inputs)"), a, e, tol)
     if grads is not None and ref_grads is not None:
         outcome.grad_checked = True
-        gtol = tolerance(record.spec_id, dtype, "grad")
+        gtol = _tol(record, outcome, "grad")
         for name, a, e in zip(record.grad_args, grads, ref_grads):
-            _record(outcome, compare(a, e, gtol, what=f"grad[{name}] (poisoned vs clean inputs)"), a, e)
+            _record(outcome, compare(a, e, gtol, what=f"grad[{name}] (poisoned vs clean inputs)"), a, e, gtol)
     if outcome.mismatches:
         outcome.status = "fail"
         outcome.message = "values planted at masked positions changed a valid output or gradient"
@@ -155,12 +173,13 @@ def partition_case(case: cases.Case) -> tuple[dict[str, Any], list[slice], int, 
     return args, slices, int(mask.sum()), B + 1
 
 
-def run_partition(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any]) -> Outcome:
+def run_partition(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
+                  tol_class: str | None = None) -> Outcome:
     """Σ over micro-batches (global counts) == the whole batch (same counts), value and gradient."""
     args, slices, N, S = partition_case(case)
     whole_case = cases.Case(case.function, args, dict(case.kwargs), case.grad_args, case.seed,
                             "partitioned into micro-batches", case.upstream_seed)
-    outcome, fn = _start(record, adapter, whole_case, dtype, kwargs)
+    outcome, fn = _start(record, adapter, whole_case, dtype, kwargs, "invariant:partition", tol_class)
     if fn is None:
         return outcome
     rounded = cases.rounded_args(whole_case, dtype)
@@ -178,6 +197,8 @@ def run_partition(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: s
     try:
         whole_values, whole_grads = observe(record, adapter, fn, rounded, kw, dtype, 0, upstream)
         parts = [observe(record, adapter, fn, part(s), kw, dtype, 0, upstream) for s in slices]
+    except NotImplementedError as exc:
+        return _not_implemented(outcome, exc)
     except TypeError as exc:
         outcome.status = "not_implemented"
         outcome.message = f"{record.function} does not take num_tokens/num_seqs: {type(exc).__name__}: {exc}"
@@ -188,18 +209,18 @@ def run_partition(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: s
     part_values = np.array([float(np.reshape(v[0], ())) for v, _ in parts])
     total = float(part_values.sum())
     whole = float(np.reshape(whole_values[0], ()))
-    base = tolerance(record.spec_id, dtype, "value")
+    base = _tol(record, outcome, "value")
     tol = Tol(base.rtol, base.atol + base.rtol * float(np.sum(np.abs(part_values))), base.reason)
-    _record(outcome, compare(total, whole, tol, what="value (sum over micro-batches vs whole batch)"), total, whole)
+    _record(outcome, compare(total, whole, tol, what="value (sum over micro-batches vs whole batch)"), total, whole, tol)
     observed: list[np.ndarray] = [np.asarray(total)]
     if whole_grads is not None and all(g is not None for _, g in parts):
         outcome.grad_checked = True
-        gtol = tolerance(record.spec_id, dtype, "grad")
+        gtol = _tol(record, outcome, "grad")
         for i, name in enumerate(record.grad_args):
             joined = np.concatenate([g[i] for _, g in parts], axis=0)
             observed.append(joined)
             _record(outcome, compare(joined, whole_grads[i], gtol, what=f"grad[{name}] (micro-batches vs whole batch)"),
-                    joined, whole_grads[i])
+                    joined, whole_grads[i], gtol)
     observed.append(part_values)
     outcome.observed = tuple(observed)
     if outcome.mismatches:
@@ -216,9 +237,10 @@ def run_partition(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: s
 # ---------------------------------------------------------------------------------------------
 
 
-def run_detached(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any]) -> Outcome:
+def run_detached(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
+                 tol_class: str | None = None) -> Outcome:
     """No gradient reaches the record's `stop_grad_args` through any output (torch adapters)."""
-    outcome, fn = _start(record, adapter, case, dtype, kwargs)
+    outcome, fn = _start(record, adapter, case, dtype, kwargs, "invariant:detached", tol_class)
     if fn is None:
         return outcome
     if adapter.array_api != "torch" or not getattr(adapter, "supports_grad", True):
@@ -228,6 +250,8 @@ def run_detached(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: st
     targs = cases.torch_args(rounded, dtype, tuple(record.stop_grad_args) + tuple(record.grad_args))
     try:
         outputs = [o for o in _as_tuple(fn(*targs.values(), **kwargs)) if isinstance(o, torch.Tensor)]
+    except NotImplementedError as exc:
+        return _not_implemented(outcome, exc)
     except Exception as exc:
         outcome.status, outcome.message = "error", f"{type(exc).__name__}: {exc}"
         return outcome

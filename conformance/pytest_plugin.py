@@ -4,9 +4,10 @@
 
 Registered through the `pytest11` entry point, so the options exist wherever rlspec is installed;
 the tests themselves live in `conformance/test_adapter_conformance.py` and are collected only with
-`--pyargs conformance`. One test per (quantity, adapter): a canonical pass or a named preset passes
-(the preset is printed), a function the adapter lacks is skipped as not implemented, a FAIL or an
-error fails with the full mismatch report.
+`--pyargs conformance`. One test per (quantity, adapter), judged like `rlspec check`: a row with a
+finding of a kind in `--rlspec-fail-on` (default as `rlspec check --fail-on`: fail, error, precision)
+fails with the full report; any other row passes and prints its preset, precision and
+not-implemented notes; a function the adapter lacks is skipped as not implemented.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="spec id or function glob (repeatable)")
     group.addoption("--rlspec-seed", type=int, default=0, help="base seed of the property cases")
     group.addoption("--rlspec-n-seeds", type=int, default=8, help="property cases per quantity")
-    group.addoption("--rlspec-strict-presets", action="store_true",
-                    help="fail rows that only match a preset, not the canonical spec")
+    group.addoption("--rlspec-fail-on", default=None, metavar="KINDS",
+                    help="comma-separated finding kinds that fail a test (as `rlspec check --fail-on`; "
+                    "default fail,error,precision)")
+    group.addoption("--rlspec-strict-precision", action="store_true",
+                    help="judge every case at its input dtype's tolerance (as `rlspec check --strict-precision`)")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -39,7 +43,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             "`pytest --pyargs conformance --rlspec-adapter refimpl` or "
             "`--rlspec-adapter mypkg.rlspec_adapter:Adapter`"
         )
-    adapters = [load_adapter(n) for n in names]
-    records = selected_records(metafunc.config.getoption("--rlspec-only") or None)
-    units = [(r, a) for a in adapters for r in records]
-    metafunc.parametrize("rlspec_unit", units, ids=[f"{a.name}-{r.function}" for r, a in units])
+    from conformance.adapters import AdapterLoadError
+    from conformance.errors import BrokenRun
+
+    try:
+        adapters = [(load_adapter(n), n) for n in names]
+        records = selected_records(metafunc.config.getoption("--rlspec-only") or None)
+    except (AdapterLoadError, BrokenRun) as exc:
+        raise pytest.UsageError(f"rlspec: {exc}") from None
+    units = [(r, a, ref) for a, ref in adapters for r in records]
+    metafunc.parametrize("rlspec_unit", units, ids=[f"{a.name}-{r.function}" for r, a, _ in units])

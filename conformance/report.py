@@ -1,4 +1,4 @@
-"""Reports of a conformance run: the terminal table, JSON (schema `report-v1`), JUnit XML and
+"""Reports of a conformance run: the terminal table, JSON (schema `report-v2`), JUnit XML and
 Markdown. The JSON schema lives in `conformance/report_schema.json`."""
 
 from __future__ import annotations
@@ -12,10 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from conformance import SPEC_VERSION, SUITE_VERSION
-from conformance.suite import RowResult
+from conformance.suite import STATUSES, RowResult
 
-REPORT_SCHEMA_VERSION = "report-v1"
+REPORT_SCHEMA_VERSION = "report-v2"
 SCHEMA_PATH = Path(__file__).with_name("report_schema.json")
+
+
+# What can count as a finding (`rlspec check --fail-on`): a row status, a row with a precision
+# finding, or a row with cases the adapter does not offer ("partial").
+FINDINGS = ("fail", "error", "precision", "preset", "variant", "not_implemented", "partial")
+DEFAULT_FAIL_ON = ("fail", "error", "precision")
 
 
 @dataclass
@@ -25,6 +31,17 @@ class AdapterInfo:
     spec_version: str
     status: str = "ok"  # "ok" or "not_installed" / "load_error"
     message: str = ""
+    ref: str = ""  # how the user named it (built-in name, entry point, module:attribute)
+
+
+def row_findings(row: RowResult) -> set[str]:
+    """The finding kinds a row has (see FINDINGS); a passing row has none."""
+    out = {row.status} - {"pass"}
+    if row.precision_findings:
+        out.add("precision")
+    if row.not_implemented_cases:
+        out.add("partial")
+    return out
 
 
 @dataclass
@@ -34,10 +51,19 @@ class Report:
     adapters: list[AdapterInfo] = field(default_factory=list)
     rows: list[RowResult] = field(default_factory=list)
     seconds: float = 0.0
+    fail_on: tuple[str, ...] = DEFAULT_FAIL_ON
+    strict_precision: bool = False
 
     @property
     def ok(self) -> bool:
-        return not any(r.status in ("fail", "error") for r in self.rows)
+        """No row has a finding of a kind in `fail_on`."""
+        return not any(row_findings(r) & set(self.fail_on) for r in self.rows)
+
+    @property
+    def reproduce(self) -> str:
+        return (f"rlspec check --seed {self.seed} --n-seeds {self.n_seeds}"
+                + "".join(f" --adapter {a.ref or a.name}" for a in self.adapters)
+                + (" --strict-precision" if self.strict_precision else ""))
 
     def to_json(self) -> dict[str, Any]:
         import numpy
@@ -50,8 +76,9 @@ class Report:
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "seed": self.seed,
             "n_seeds": self.n_seeds,
-            "reproduce": f"rlspec check --seed {self.seed} --n-seeds {self.n_seeds}"
-            + "".join(f" --adapter {a.name}" for a in self.adapters),
+            "reproduce": self.reproduce,
+            "strict_precision": self.strict_precision,
+            "fail_on": list(self.fail_on),
             "environment": {
                 "python": platform.python_version(),
                 "numpy": numpy.__version__,
@@ -65,16 +92,32 @@ class Report:
 
 
 def cell(row: RowResult) -> str:
-    """The short verdict shown in a table cell."""
-    if row.status == "pass":
-        return "pass"
-    if row.status == "preset":
-        return f"preset {row.matched_preset}" if row.matched_preset else "variant"
-    if row.status == "fail":
-        return "FAIL"
-    if row.status == "error":
-        return "ERROR"
-    return "not implemented"
+    """The short verdict shown in a table cell: the semantic status, then "(precision)" when an
+    input dtype's outputs meet only a coarser class and "(partial)" when some keyword values are
+    not implemented (both detailed below the table)."""
+    base = {
+        "pass": "pass",
+        "preset": f"preset {row.matched_preset}",
+        "variant": "variant",
+        "fail": "FAIL",
+        "error": "ERROR",
+        "not_implemented": "not implemented",
+    }[row.status]
+    marks = [m for m, on in (("precision", row.precision_findings), ("partial", row.not_implemented_cases)) if on]
+    return base + (f" ({', '.join(marks)})" if marks else "")
+
+
+def row_details(row: RowResult) -> list[str]:
+    """What the table's cell stands for: message, reproduce line, bugs it is consistent with,
+    keyword values not implemented."""
+    lines = row.message.splitlines() if row.message else []
+    if row.reproduce and row.reproduce not in row.message:
+        lines.append(f"Reproduce: {row.reproduce}")
+    if row.consistent_with:
+        lines.append("consistent with: " + "; ".join(row.consistent_with))
+    if row.not_implemented_cases:
+        lines.append("not implemented: " + "; ".join(row.not_implemented_cases) + " (the rest of the row was checked)")
+    return lines
 
 
 def _grid(report: Report) -> tuple[list[str], list[str], dict[tuple[str, str], RowResult]]:
@@ -110,22 +153,35 @@ def render_table(report: Report) -> str:
     for a in report.adapters:
         if a.status != "ok":
             lines.append(f"{a.name}: {a.status.replace('_', ' ')} ({a.message})")
-    details = [r for r in report.rows if r.status in ("fail", "error", "preset")]
+    details = [r for r in report.rows if r.status in ("fail", "error", "preset", "variant") or r.not_implemented_cases]
     if details:
         lines.append("")
         for r in details:
             lines.append(f"{row_label(r)} @ {r.adapter}: {cell(r)}")
-            lines += ["    " + line for line in r.message.splitlines()]
-            if r.consistent_with:
-                lines.append("    consistent with: " + "; ".join(r.consistent_with))
-    counts = {s: sum(r.status == s for r in report.rows) for s in ("pass", "preset", "fail", "error", "not_implemented")}
+            lines += ["    " + line for line in row_details(r)]
+    precise = [r for r in report.rows if r.precision_findings]
+    if precise:
+        lines += ["", "Precision findings (semantics as in the table; outputs coarser than the input dtype):"]
+        for r in precise:
+            for f in r.precision_findings:
+                lines.append(f"{row_label(r)} @ {r.adapter}: {f['message']}")
+                lines.append(f"    Reproduce: {f['reproduce']}")
     lines.append("")
-    lines.append(
-        f"{counts['pass']} pass, {counts['preset']} preset, {counts['fail']} fail, "
-        f"{counts['error']} error, {counts['not_implemented']} not implemented "
-        f"in {report.seconds:.1f}s (seed {report.seed})"
-    )
+    lines.append(summary(report))
     return "\n".join(lines)
+
+
+def summary(report: Report) -> str:
+    """The closing line: counts per status, precision findings, and what made the run fail."""
+    counts = {s: sum(r.status == s for r in report.rows) for s in STATUSES}
+    n_precision = sum(len(r.precision_findings) for r in report.rows)
+    counted = sorted({k for r in report.rows for k in row_findings(r) & set(report.fail_on)})
+    verdict = "findings: " + ", ".join(counted) if counted else "no findings"
+    return (
+        f"{counts['pass']} pass, {counts['preset']} preset, {counts['variant']} variant, {counts['fail']} fail, "
+        f"{counts['error']} error, {counts['not_implemented']} not implemented; {n_precision} precision finding(s) "
+        f"in {report.seconds:.1f}s (seed {report.seed}); {verdict} (--fail-on {','.join(report.fail_on)})"
+    )
 
 
 def render_markdown(report: Report) -> str:
@@ -146,13 +202,20 @@ def render_markdown(report: Report) -> str:
     for f in functions:
         cells = [cell(by_key[(f, a)]) if (f, a) in by_key else "-" for a in adapters]
         lines.append(f"| `{spec_of[f]}` | `{f}` | " + " | ".join(cells) + " |")
-    details = [r for r in report.rows if r.status in ("fail", "error", "preset")]
+    details = [r for r in report.rows if r.status in ("fail", "error", "preset", "variant") or r.not_implemented_cases]
     if details:
         lines += ["", "## Details", ""]
         for r in details:
-            lines += [f"### `{row_label(r)}` @ {r.adapter}: {cell(r)}", "", "```", r.message, "```", ""]
-            if r.consistent_with:
-                lines += ["Consistent with: " + "; ".join(r.consistent_with), ""]
+            lines += [f"### `{row_label(r)}` @ {r.adapter}: {cell(r)}", "", "```", *row_details(r), "```", ""]
+    precise = [r for r in report.rows if r.precision_findings]
+    if precise:
+        lines += ["## Precision findings", "",
+                  "The semantic verdict is the table's; these input dtypes' outputs meet only a coarser class.", ""]
+        for r in precise:
+            for f in r.precision_findings:
+                lines += [f"- `{row_label(r)}` @ {r.adapter}: {f['message']}. Reproduce: `{f['reproduce']}`"]
+        lines.append("")
+    lines += ["", summary(report)]
     return "\n".join(lines) + "\n"
 
 
@@ -165,8 +228,8 @@ def render_junit(report: Report) -> str:
             "testsuite",
             name=f"rlspec.{adapter.name}",
             tests=str(len(rows)),
-            failures=str(sum(r.status == "fail" for r in rows)),
-            errors=str(sum(r.status == "error" for r in rows)),
+            failures=str(sum(bool(row_findings(r) & set(report.fail_on)) and r.status != "error" for r in rows)),
+            errors=str(sum(r.status == "error" and "error" in report.fail_on for r in rows)),
             skipped=str(sum(r.status == "not_implemented" for r in rows)),
             time=f"{sum(r.seconds for r in rows):.3f}",
         )
@@ -174,14 +237,17 @@ def render_junit(report: Report) -> str:
             case = ET.SubElement(
                 suite, "testcase", classname=f"rlspec.{adapter.name}.{r.spec_id}", name=row_label(r), time=f"{r.seconds:.3f}"
             )
-            if r.status == "fail":
-                ET.SubElement(case, "failure", message=r.message.splitlines()[0] if r.message else "fail").text = r.message
-            elif r.status == "error":
-                ET.SubElement(case, "error", message=r.message.splitlines()[0] if r.message else "error").text = r.message
+            counted = row_findings(r) & set(report.fail_on)
+            text = "\n".join(row_details(r) + [f["message"] for f in r.precision_findings])
+            if r.status == "error" and "error" in counted:
+                ET.SubElement(case, "error", message=r.message.splitlines()[0] if r.message else "error").text = text
+            elif counted:
+                first = r.message.splitlines()[0] if r.message else r.precision_findings[0]["message"] if r.precision_findings else cell(r)
+                ET.SubElement(case, "failure", type=",".join(sorted(counted)), message=first).text = text
             elif r.status == "not_implemented":
                 ET.SubElement(case, "skipped", message=r.message or "not implemented")
-            elif r.status == "preset":
-                ET.SubElement(case, "system-out").text = r.message
+            elif text:
+                ET.SubElement(case, "system-out").text = text
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 

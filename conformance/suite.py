@@ -12,12 +12,21 @@ One *row* is (quantity, adapter). Its checks:
 - `invariant:detached`: no gradient reaches the inputs the spec makes constants (torch adapters);
 - `preset:<name>`: for adapters that accept every spec keyword (`accepts_variants = True`), the
   property cases under each preset's keywords.
-The metamorphic checks are in `conformance.invariants`. A row whose oracle-compared checks fail (and
-whose metamorphic checks pass) is then fingerprinted: the oracle is re-run under every preset and
-variant keyword set of the record; if one explains every failing case, the row reports it. A row
-whose only failures are preset checks is a FAIL (the adapter computes the canonical quantity but not
-a preset's keywords). `check_row` keeps the failing trials on `RowResult.evidence` for
-`conformance.diagnosis`, which names the known bugs consistent with them.
+The metamorphic checks are in `conformance.invariants`.
+
+Semantics and precision are judged apart. The adapter is called once per case; each oracle-compared
+outcome records the finest precision class its outputs meet (float64, float32, bfloat16 or below
+bfloat16: the tolerance classes of `conformance.tolerances`). The row's semantics is the oracle
+keyword set (canonical, a preset, a variant of the record's grid, or one per value of a question
+keyword) that explains every case with float64/float32 inputs at bfloat16 precision or finer, with
+the least precision deficit; the precision each input dtype then meets is reported beside the
+verdict, and a class coarser than the dtype's own is a *precision finding*, not a FAIL (so a float32
+framework handed float64 is still matched to its preset, and a bfloat16 softmax is a precision
+finding). The metamorphic and preset checks are judged at that precision. `strict_precision` judges
+every case at its own dtype's class. A row that nothing explains is a FAIL showing its worst case.
+Cases the adapter does not offer (`NotImplementedError`, `unsupported_kwargs`) are listed and left
+out; the rest of the row is checked. `check_row` keeps the trials whose values or gradients missed
+on `RowResult.evidence` for `conformance.diagnosis`, which names the known bugs consistent with them.
 """
 
 from __future__ import annotations
@@ -29,11 +38,27 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from conformance import cases
-from conformance.differential import Outcome, run_case
+from conformance.differential import (
+    BELOW,
+    RANK,
+    Outcome,
+    adapter_dtypes,
+    coarser,
+    precision_label,
+    rejudge,
+    run_case,
+)
 from conformance.invariants import METAMORPHIC
 from conformance.registry import QuantityInfo
 
-STATUSES = ("pass", "preset", "fail", "error", "not_implemented")
+STATUSES = {
+    "pass": "the canonical quantity, at the precision reported beside it",
+    "preset": "a named framework preset of the quantity (matched_preset, matched_kwargs)",
+    "variant": "a keyword set of the quantity that no preset uses (matched_kwargs)",
+    "fail": "a semantic difference no preset or variant explains, a broken invariant or a broken calling contract",
+    "error": "the adapter raised (or crashed, or timed out) on a case it implements",
+    "not_implemented": "the adapter lacks the function or raises NotImplementedError on every case",
+}
 
 
 @dataclass
@@ -48,25 +73,33 @@ class RowResult:
     matched_preset: str | None = None
     matched_kwargs: dict[str, Any] | None = None
     max_abs_err: float = 0.0
-    max_rel_err: float = 0.0
+    max_rel_err: float = float("nan")
     message: str = ""
     consistent_with: list[str] = field(default_factory=list)
     checks: dict[str, str] = field(default_factory=dict)
     n_cases: int = 0
     seeds: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    # per input dtype, the finest precision class (PRECISIONS or BELOW) every output meets
+    precision: dict[str, str] = field(default_factory=dict)
+    # one entry per input dtype whose precision is coarser than the dtype's own class
+    precision_findings: list[dict[str, Any]] = field(default_factory=list)
+    # the keyword values the adapter does not offer ("scale='batch'"): not checked, rest of the row is
+    not_implemented_cases: list[str] = field(default_factory=list)
+    reproduce: str = ""  # re-runs the comparison the message shows (fail and error rows)
 
-    # Not a dataclass field (never serialised): the (trial, outcome) pairs that failed or raised,
-    # set by `check_row`, for `conformance.diagnosis`.
+    # Not a dataclass field (never serialised): the (trial, outcome) pairs whose values or gradients
+    # missed at the row's precision, set by `check_row`, for `conformance.diagnosis`.
     evidence = ()
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RowResult:
-        """The row `to_json` wrote (non-finite errors come back as inf)."""
+        """The row `to_json` wrote (non-finite errors come back as inf, or NaN for a relative error
+        that means nothing)."""
         known = {f.name for f in fields(cls)}
         row = cls(**{k: v for k, v in data.items() if k in known})
         row.max_abs_err = float("inf") if row.max_abs_err is None else row.max_abs_err
-        row.max_rel_err = float("inf") if row.max_rel_err is None else row.max_rel_err
+        row.max_rel_err = float("nan") if row.max_rel_err is None else row.max_rel_err
         return row
 
     def to_json(self) -> dict[str, Any]:
@@ -87,19 +120,23 @@ def seeds_for(function: str, base_seed: int, n: int) -> list[int]:
 
 
 def _dtypes(record: QuantityInfo, adapter: Any) -> list[str]:
-    default = ("float64", "float32", "bfloat16") if adapter.array_api == "torch" else ("float64", "float32")
-    supported = getattr(adapter, "dtypes", default)
+    supported = adapter_dtypes(adapter)
     return [d for d in record.dtypes if d in supported]
 
 
-@dataclass
+@dataclass(eq=False)
 class _Trial:
-    """One comparison to run, and how to re-run it with different oracle keywords."""
+    """One comparison to run. `oracle_kwargs` are the keywords only the oracle is given (a
+    framework row's pinned keywords); the adapter gets `adapter_kwargs`. `outcome` is the canonical
+    result once run: fingerprinting re-judges it (`differential.rejudge`) without calling the
+    adapter again."""
 
     kind: str
     case: cases.Case
     dtype: str
     adapter_kwargs: dict[str, Any]
+    oracle_kwargs: dict[str, Any] = field(default_factory=dict)
+    outcome: Outcome | None = None
 
     def describe(self) -> str:
         """'property check, seed 123, float32' / 'golden vector gae/multi-turn-gap' (crash reports)."""
@@ -110,34 +147,152 @@ class _Trial:
     def metamorphic(self) -> bool:
         return self.kind in METAMORPHIC
 
-    def run(self, record: QuantityInfo, adapter: Any, oracle_override: dict[str, Any] | None = None) -> Outcome:
-        if self.kind in METAMORPHIC:  # the adapter against itself: no oracle keywords to override
-            return METAMORPHIC[self.kind](record, adapter, self.case, self.dtype, self.adapter_kwargs)
-        okw = dict(self.adapter_kwargs)
-        if oracle_override is not None:
-            okw.update(oracle_override)
-        return run_case(record, adapter, self.case, self.dtype, self.adapter_kwargs, okw)
+    def run(self, record: QuantityInfo, adapter: Any, *, ref: str | None = None, tol_class: str | None = None) -> Outcome:
+        """Call the adapter; oracle-compared checks are judged at `tol_class` (default the dtype's)."""
+        if self.kind in METAMORPHIC:  # the adapter against itself: no oracle keywords
+            out = METAMORPHIC[self.kind](record, adapter, self.case, self.dtype, self.adapter_kwargs, tol_class)
+            out.ref = ref
+            return out
+        return run_case(record, adapter, self.case, self.dtype, self.adapter_kwargs, self.oracle_base(),
+                        kind=self.kind, ref=ref, judged_at=tol_class)
+
+    def oracle_base(self) -> dict[str, Any]:
+        return {**self.adapter_kwargs, **self.oracle_kwargs}
+
+    def judged(self, variant: dict[str, Any], klass: str | None = None) -> Outcome:
+        """The canonical call judged against the oracle under `variant` at class `klass`."""
+        assert self.outcome is not None
+        if not variant and klass in (None, self.outcome.judged_at or self.dtype):
+            return self.outcome
+        return rejudge(self.outcome, {**self.oracle_base(), **variant}, klass)
 
 
-def _trials(record: QuantityInfo, adapter: Any, seeds: list[int], golden: Iterable[cases.Case]) -> list[_Trial]:
+def _trials(record: QuantityInfo, adapter: Any, seeds: list[int], golden: Iterable[cases.Case],
+            fixed: dict[str, Any]) -> list[_Trial]:
     trials: list[_Trial] = []
     dtypes = _dtypes(record, adapter)
+
+    def trial(kind: str, case: cases.Case, dtype: str) -> _Trial:
+        case.kwargs.update(fixed)
+        question = record.question_kwargs(case.kwargs)
+        return _Trial(kind, case, dtype, question, {k: v for k, v in fixed.items() if k not in question})
+
     for seed in seeds:
         case = cases.make_case(record.function, seed)
-        question = record.question_kwargs(case.kwargs)
         for dtype in dtypes:
-            trials.append(_Trial("property", case, dtype, question))
+            trials.append(trial("property", case, dtype))
         if "mask" in record.invariants and "mask" in case.args:
-            trials.append(_Trial("invariant:mask", case, dtypes[0], question))
+            trials.append(trial("invariant:mask", case, dtypes[0]))
         if "on_policy" in record.invariants:
-            trials.append(_Trial("invariant:on_policy", cases.on_policy(case), dtypes[0], question))
+            trials.append(trial("invariant:on_policy", cases.on_policy(case), dtypes[0]))
         if "partition" in record.invariants:
-            trials.append(_Trial("invariant:partition", case, dtypes[0], question))
+            trials.append(trial("invariant:partition", case, dtypes[0]))
         if record.stop_grad_args and adapter.array_api == "torch":
-            trials.append(_Trial("invariant:detached", case, dtypes[0], question))
+            trials.append(trial("invariant:detached", case, dtypes[0]))
     for case in golden:
-        trials.append(_Trial("golden", case, "float64", record.question_kwargs(case.kwargs)))
+        trials.append(trial("golden", case, "float64" if "float64" in dtypes else dtypes[0]))
+    if getattr(adapter, "accepts_variants", False):
+        for name in record.presets:
+            for seed in seeds:
+                case = cases.make_case(record.function, seed)
+                kw = record.preset_kwargs(name, case.kwargs)
+                trials.append(_Trial(f"preset:{name}", case, "float32" if "float32" in dtypes else dtypes[0], kw))
     return trials
+
+
+@dataclass
+class _Explanation:
+    """A keyword set of the oracle ({} = canonical) that explains a row's oracle-compared trials,
+    and the precision each input dtype's outputs then meet."""
+
+    variant: dict[str, Any]
+    precision: dict[str, str]
+    score: tuple[int, int]
+
+
+def _deficit(trial: _Trial, outcome: Outcome) -> int:
+    """How many precision classes the outcome is coarser than its input dtype's (0 when it meets
+    the dtype's class or finer, or compared nothing: an ill-conditioned case under this variant)."""
+    if outcome.status not in ("pass", "fail") or outcome.precision is None:
+        return 0
+    return max(0, RANK[outcome.precision] - RANK[trial.dtype])
+
+
+def _precision_by_dtype(trials: list[_Trial], outcomes: list[Outcome]) -> dict[str, str]:
+    """Per input dtype, the coarsest class its outcomes meet."""
+    out: dict[str, str] = {}
+    for t, o in zip(trials, outcomes):
+        if o.status in ("pass", "fail") and o.precision is not None:
+            out[t.dtype] = coarser(out.get(t.dtype, "float64"), o.precision)
+    return out
+
+
+def _explain(trials: list[_Trial], candidates: list[dict[str, Any]], strict: bool) -> _Explanation | None:
+    """The candidate under which the trials are explained at the finest precision.
+
+    Semantics are decided by the trials with float64/float32 inputs (all trials if there are no
+    others): a candidate explains the row when each of them meets at least the bfloat16 class, so a
+    framework computing in float32 is still matched to its preset. Among those, the one with the
+    least precision deficit wins (ties: the earlier candidate, canonical first). `strict` asks every
+    trial to meet its own dtype's class (rlspec check --strict-precision)."""
+    decisive = [t for t in trials if t.dtype != "bfloat16"] or trials
+    best: _Explanation | None = None
+    for variant in candidates:
+        try:
+            outcomes = [t.judged(variant) for t in trials]
+        except ValueError:  # not a valid keyword set for some case (the oracle says why): no explanation
+            continue
+        deficits = [_deficit(t, o) for t, o in zip(trials, outcomes)]
+        if strict:
+            explains = not any(deficits)
+        else:
+            explains = all(o.precision != BELOW for t, o in zip(trials, outcomes) if t in decisive and o.status in ("pass", "fail"))
+        if not explains:
+            continue
+        low = sum(d for t, d in zip(trials, deficits) if t not in decisive)
+        score = (sum(d for t, d in zip(trials, deficits) if t in decisive), low)
+        if best is None or score < best.score:
+            best = _Explanation(dict(variant), _precision_by_dtype(trials, outcomes), score)
+        if score == (0, 0):
+            break
+    return best
+
+
+def _candidates(record: QuantityInfo, fixed: dict[str, Any], prefer: str | None) -> list[dict[str, Any]]:
+    """Canonical, then the preferred preset (a framework row's own), then every preset and variant
+    keyword set of the record that does not contradict the pinned keywords."""
+    out: list[dict[str, Any]] = [{}]
+    first = [record.presets[prefer]] if prefer in record.presets else []
+    for variant in [*first, *record.variant_kwargs()]:
+        if variant and variant not in out and not any(k in fixed and fixed[k] != v for k, v in variant.items()):
+            out.append(variant)
+    return out
+
+
+def _explain_by_question(record: QuantityInfo, trials: list[_Trial], candidates: list[dict[str, Any]],
+                         strict: bool) -> tuple[str, dict[str, _Explanation]] | None:
+    """When no single keyword set explains every trial, split the trials by the value of one
+    question keyword (e.g. `estimator`: verl clamps only its k3) and explain each group alone."""
+    for key in record.question:
+        groups: dict[str, list[_Trial]] = {}
+        for t in trials:
+            groups.setdefault(repr(t.adapter_kwargs.get(key)), []).append(t)
+        if len(groups) < 2:
+            continue
+        found: dict[str, _Explanation] = {}
+        for value, members in groups.items():
+            explanation = _explain(members, candidates, strict)
+            if explanation is None:
+                break
+            found[value] = explanation
+        else:
+            if any(e.variant for e in found.values()):
+                return key, found
+    return None
+
+
+def _names_of(record: QuantityInfo, variant: dict[str, Any]) -> list[str]:
+    return [n for n, kw in record.presets.items() if kw == variant]
 
 
 def check_row(
@@ -148,12 +303,24 @@ def check_row(
     golden: Iterable[cases.Case] = (),
     ref: str | None = None,
     on_trial: Callable[[str], None] | None = None,
+    strict_precision: bool = False,
+    fixed: dict[str, Any] | None = None,
+    prefer: str | None = None,
+    skip: Callable[[cases.Case], str | None] | None = None,
+    row_id: str | None = None,
 ) -> RowResult:
-    """Run every check of `record` against `adapter` and fingerprint a failure. `ref` is how the
-    user named the adapter (reproduce lines use it; default its `name`); `on_trial(description)` is
-    called before each trial."""
+    """Run every check of `record` against `adapter`; decide its semantics (canonical, a preset, a
+    variant, or FAIL) at the precision its outputs meet, and report that precision apart.
+
+    `ref`: how the user named the adapter (reproduce lines; default its `name`). `on_trial`: called
+    with a description before each adapter call. `strict_precision`: judge every case at its input
+    dtype's class (a precision finding becomes a FAIL). For a framework's own rows: `fixed` keywords
+    are pinned in every case (the adapter is asked only the question ones, the oracle all of them),
+    `prefer` names the preset fingerprinting tries first, `skip(case)` may name a reason to leave a
+    case out, `row_id` names the row."""
+    fixed = dict(fixed or {})
     row = RowResult(
-        id=f"{record.function}@{adapter.name}",
+        id=row_id or f"{record.function}@{adapter.name}",
         spec_id=record.spec_id,
         function=record.function,
         adapter=adapter.name,
@@ -164,124 +331,197 @@ def check_row(
         row.status = "not_implemented"
         row.message = f"{record.function} is not implemented by adapter {adapter.name!r}"
         return row
+    if not _dtypes(record, adapter):
+        row.status = "not_implemented"
+        row.message = f"adapter dtypes {adapter_dtypes(adapter)} share none with {record.function}'s {record.dtypes}"
+        return row
 
-    trials = _trials(record, adapter, seeds, golden)
-    outcomes = []
+    trials = _trials(record, adapter, seeds, golden, fixed)
+    skipped = []
+    if skip is not None:
+        reasons = [(t, skip(t.case)) for t in trials]
+        skipped = [f"{t.kind} seed {t.case.seed}: {r}" for t, r in reasons if r]
+        trials = [t for t, r in reasons if not r]
+    compared = []
     for t in trials:
+        if t.metamorphic:
+            continue
         if on_trial is not None:
             on_trial(t.describe())
-        outcomes.append((t, t.run(record, adapter)))
-    outcomes = [(t, o) for t, o in outcomes if o.status not in ("ill_conditioned", "unsupported")]
-    if getattr(adapter, "accepts_variants", False):
-        for name in record.presets:
-            for seed in seeds:
-                case = cases.make_case(record.function, seed)
-                kw = record.preset_kwargs(name, case.kwargs)
-                trial = _Trial(f"preset:{name}", case, "float32" if "float32" in _dtypes(record, adapter) else "float64", kw)
-                try:
-                    o = trial.run(record, adapter)
-                except ValueError:  # the case's own keywords and the preset's make an invalid set
-                    continue  # (e.g. bound="absolute" with verl's relative CISPO eps): not a question
-                if o.status not in ("ill_conditioned", "unsupported"):
-                    outcomes.append((trial, o))
-    row.n_cases = len(outcomes)
-    for trial, o in outcomes:
-        row.max_abs_err = max(row.max_abs_err, o.max_abs)
-        row.max_rel_err = max(row.max_rel_err, o.max_rel)
-        previous = row.checks.get(trial.kind, "pass")
-        row.checks[trial.kind] = previous if previous != "pass" else o.status
+        try:
+            t.outcome = t.run(record, adapter, ref=ref)
+        except ValueError:
+            if t.kind.startswith("preset:"):  # the case's keywords and the preset's make an invalid set
+                continue  # (e.g. bound="absolute" with verl's relative CISPO eps): not a question
+            raise
+        if t.outcome.status not in ("ill_conditioned", "unsupported"):
+            compared.append(t)
+    absent = [t for t in compared if t.outcome.status == "not_implemented"]
+    row.not_implemented_cases = sorted({t.outcome.message.partition("(")[2].rpartition(")")[0] or "some inputs"
+                                        for t in absent})
+    compared = [t for t in compared if t.outcome.status != "not_implemented"]
+    _finish = _Finisher(row, record, skipped)
 
-    row.evidence = tuple((t, o) for t, o in outcomes if o.status in ("fail", "error"))
-    errors = [o for _, o in outcomes if o.status == "error"]
+    # an exception or a broken contract decides the status, but every check still runs: the
+    # failure pattern of the row (`checks`) is what `conformance.diagnosis` matches bugs against
+    errors = [t.outcome for t in compared if t.outcome.status == "error"]
+    broken = [t.outcome for t in compared if t.outcome.contract]
+    for t in compared:
+        if t.outcome.status == "error" or t.outcome.contract:
+            row.checks[t.kind] = _worse(row.checks.get(t.kind, "pass"), t.outcome.status)
+    compared = [t for t in compared if t.outcome.status != "error" and not t.outcome.contract]
+    semantic = [t for t in compared if not t.kind.startswith("preset:")]
+    preset_checks = [t for t in compared if t.kind.startswith("preset:")]
+    metamorphic = [t for t in trials if t.metamorphic]
+    if not compared and not errors and not broken and absent:
+        row.status = "not_implemented"
+        row.message = f"{record.function} raises NotImplementedError (or is declared unsupported) for every case"
+        row.not_implemented_cases = []
+        return row
+
+    candidates = _candidates(record, fixed, prefer)
+    explanation = _explain(semantic, candidates, strict_precision) if semantic else _Explanation({}, {}, (0, 0))
+    split = None if explanation is not None else _explain_by_question(record, semantic, candidates, strict_precision)
+    if explanation is not None:
+        variant_of = {id(t): explanation.variant for t in semantic}
+        precision = explanation.precision
+    elif split is not None:
+        key, found = split
+        variant_of = {id(t): found[repr(t.adapter_kwargs.get(key))].variant for t in semantic}
+        precision = {}
+        for e in found.values():
+            for d, c in e.precision.items():
+                precision[d] = coarser(precision.get(d, "float64"), c)
+    else:  # no keyword set explains the row: the precision measured on the cases that do pass
+        variant_of = {id(t): {} for t in semantic}
+        passing = [t for t in semantic if t.outcome.precision != BELOW and not strict_precision]
+        precision = _precision_by_dtype(passing, [t.outcome for t in passing])
+    row.precision = dict(sorted(precision.items(), key=lambda kv: RANK[kv[0]]))
+
+    def klass(t: _Trial) -> str:
+        return coarser(precision.get(t.dtype, t.dtype), t.dtype)
+
+    # canonical outcomes at the row's precision: the checks, the evidence of a failure
+    canonical = [(t, t.judged({}, klass(t))) for t in semantic]
+    judged = [(t, t.judged(variant_of[id(t)], klass(t))) for t in semantic]
+    explained = explanation is not None or split is not None
+    for t, o in canonical:
+        status = "pass" if klass(t) == BELOW and explained else o.status
+        row.checks[t.kind] = _worse(row.checks.get(t.kind, "pass"), status)
+    evidence = [(t, o) for t, o in canonical if o.status == "fail" and klass(t) != BELOW]
+    for t in metamorphic:
+        if on_trial is not None:
+            on_trial(t.describe())
+        t.outcome = t.run(record, adapter, ref=ref, tol_class=klass(t))
+        if t.outcome.status in ("ill_conditioned", "unsupported"):
+            continue
+        row.checks[t.kind] = _worse(row.checks.get(t.kind, "pass"), t.outcome.status)
+    broken_invariants = [t for t in metamorphic if t.outcome.status in ("fail", "error")]
+    evidence += [(t, t.outcome) for t in broken_invariants if t.outcome.status == "fail"]
+    preset_judged = [(t, t.judged({}, klass(t))) for t in preset_checks]
+    for t, o in preset_judged:
+        row.checks[t.kind] = _worse(row.checks.get(t.kind, "pass"), o.status)
+    evidence += [(t, o) for t, o in preset_judged if o.status == "fail"]
+    row.evidence = tuple(evidence)
+    everything = [o for _, o in judged] + [o for _, o in preset_judged] + [t.outcome for t in metamorphic]
+    row.n_cases = sum(o.status not in ("ill_conditioned", "unsupported", "not_implemented") for o in everything)
+    row.max_abs_err = max([row.max_abs_err] + [o.max_abs for o in everything])
+    rels = [o.max_rel for o in everything if o.max_rel == o.max_rel]
+    row.max_rel_err = max(rels) if rels else float("nan")
+
+    errors += [t.outcome for t in broken_invariants if t.outcome.status == "error"]
     if errors:
-        row.status = "error"
-        row.message = errors[0].report()
-        return row
-    failing = [(t, o) for t, o in outcomes if o.status == "fail"]
-    if not failing:
-        return row
-    canonical = [t for t, _ in outcomes if not t.kind.startswith("preset:")]
-    failing_canonical = [t for t, _ in failing if not t.kind.startswith("preset:")]
-    if not failing_canonical or any(t.metamorphic for t in failing_canonical):
-        # only preset checks fail (no variant of the canonical quantity can explain that), or a
-        # metamorphic property is broken (no keyword set of the oracle can explain that either)
-        row.status = "fail"
-        row.message = failing[0][1].report()
-        return row
-    comparable = [t for t in canonical if not t.metamorphic]
-    matched = fingerprint(record, adapter, comparable)
-    if matched is not None:
-        names, kwargs = matched
-        row.status = "preset"
+        return _finish("error", errors[0].report(), errors[0])
+    if broken:
+        return _finish("fail", broken[0].report(), broken[0])
+    if not explained:
+        worst = max(((t, o) for t, o in canonical if o.status == "fail"), key=lambda to: to[1].max_abs)[1]
+        return _finish("fail", worst.report(), worst)
+    if broken_invariants:
+        return _finish("fail", broken_invariants[0].outcome.report(), broken_invariants[0].outcome)
+    failing_presets = [o for _, o in preset_judged if o.status == "fail"]
+    if failing_presets:  # computes a variant of the quantity, but not a preset's keywords
+        return _finish("fail", failing_presets[0].report(), failing_presets[0])
+    row.precision_findings = _precision_findings(record, adapter, semantic, variant_of, precision, strict_precision)
+    if explanation is not None and explanation.variant:
+        names = _names_of(record, explanation.variant)
+        row.status = "preset" if names else "variant"
         row.matched_preset = ", ".join(names) if names else None
-        row.matched_kwargs = kwargs
+        row.matched_kwargs = dict(explanation.variant)
         label = f"preset {row.matched_preset}" if names else "variant"
-        row.message = f"matches {label} ({_fmt_kwargs(kwargs)}), not canonical"
-        return row
-    passed = {id(t) for t, o in outcomes if o.status == "pass"}
-    split = fingerprint_by_question(record, adapter, comparable, passed)
+        return _finish(row.status, f"matches {label} ({_fmt_kwargs(explanation.variant)}), not canonical", None)
     if split is not None:
         key, found = split
-        names = sorted({n for ns, _ in found.values() for n in ns})
-        row.status = "preset"
+        matched = {v: e for v, e in found.items() if e.variant}
+        names = sorted({n for e in matched.values() for n in _names_of(record, e.variant)})
         row.matched_preset = ", ".join(names) if names else None
-        row.matched_kwargs = {f"{key}={value}": kw for value, (_, kw) in found.items()}
+        row.matched_kwargs = {f"{key}={value}": e.variant for value, e in matched.items()}
         parts = [
-            f"{key}={value}: {('preset ' + ', '.join(ns)) if ns else 'variant'} ({_fmt_kwargs(kw)})"
-            for value, (ns, kw) in found.items()
+            f"{key}={value}: {('preset ' + ', '.join(_names_of(record, e.variant))) if _names_of(record, e.variant) else 'variant'} "
+            f"({_fmt_kwargs(e.variant)})"
+            for value, e in matched.items()
         ]
-        row.message = "matches " + "; ".join(parts) + f"; canonical for every other {key}"
+        return _finish("preset" if names else "variant",
+                       "matches " + "; ".join(parts) + f"; canonical for every other {key}", None)
+    return _finish("pass", "", None)
+
+
+class _Finisher:
+    """Sets a row's status, message and reproduce line (with the case-selection note)."""
+
+    def __init__(self, row: RowResult, record: QuantityInfo, skipped: list[str]) -> None:
+        self.row, self.record, self.skipped = row, record, skipped
+
+    def __call__(self, status: str, message: str, shown: Outcome | None) -> RowResult:
+        row = self.row
+        row.status = status
+        tail = f"({len(self.skipped)} case(s) left out: {'; '.join(self.skipped[:3])})" if self.skipped else ""
+        row.message = "\n".join(x for x in (message, tail) if x)
+        if shown is not None:
+            row.reproduce = shown.repro()
+            if shown.mismatches:  # the JSON figures are the ones the message shows
+                row.max_abs_err = shown.max_abs
+                row.max_rel_err = shown.max_rel
         return row
-    row.status = "fail"
-    row.message = failing[0][1].report()
-    return row
 
 
-def fingerprint(record: QuantityInfo, adapter: Any, trials: list[_Trial]) -> tuple[list[str], dict[str, Any]] | None:
-    """The first variant keyword set under which every canonical trial passes, with the names of
-    the presets that use exactly those keywords."""
-    seen: list[dict[str, Any]] = []
-    for variant in record.variant_kwargs():
-        if not variant or variant in seen:
+def _worse(a: str, b: str) -> str:
+    order = ("pass", "not_implemented", "fail", "error")
+    return max(a, b, key=lambda s: order.index(s) if s in order else 0)
+
+
+def _precision_findings(record: QuantityInfo, adapter: Any, trials: list[_Trial], variant_of: dict[int, dict[str, Any]],
+                        precision: dict[str, str], strict: bool) -> list[dict[str, Any]]:
+    """One finding per input dtype whose outputs meet only a coarser class than the dtype's own:
+    the class met, the worst case judged at the dtype's class (its error figures and reproduce
+    line), and the adapter's `precision_notes` for the function."""
+    if strict:
+        return []
+    note = (getattr(adapter, "precision_notes", None) or {}).get(record.function, "")
+    findings = []
+    for dtype, meets in precision.items():
+        if RANK[meets] <= RANK[dtype]:
             continue
-        seen.append(variant)
-        if all(_passes(t, record, adapter, variant) for t in trials):
-            names = [n for n, kw in record.presets.items() if kw == variant]
-            return names, variant
-    return None
-
-
-def fingerprint_by_question(
-    record: QuantityInfo, adapter: Any, trials: list[_Trial], passed: set[int]
-) -> tuple[str, dict[str, tuple[list[str], dict[str, Any]]]] | None:
-    """When no single variant explains every trial, split the trials by the value of one question
-    keyword (e.g. `estimator`: verl clamps only its k3) and fingerprint each failing group alone;
-    groups whose trials all pass canonically need no variant."""
-    for key in record.question:
-        groups: dict[str, list[_Trial]] = {}
-        for t in trials:
-            groups.setdefault(repr(t.adapter_kwargs.get(key)), []).append(t)
-        if len(groups) < 2:
+        own = [(t, t.judged(variant_of[id(t)], dtype)) for t in trials if t.dtype == dtype]
+        missed = [(t, o) for t, o in own if o.status == "fail"]
+        if not missed:
             continue
-        found: dict[str, tuple[list[str], dict[str, Any]]] = {}
-        for value, members in groups.items():
-            if all(id(t) in passed for t in members):
-                continue
-            matched = fingerprint(record, adapter, members)
-            if matched is None:
-                break
-            found[value] = matched
-        else:
-            if found:
-                return key, found
-    return None
-
-
-def _passes(trial: _Trial, record: QuantityInfo, adapter: Any, variant: dict[str, Any]) -> bool:
-    try:
-        return trial.run(record, adapter, variant).status in ("pass", "ill_conditioned", "unsupported")
-    except ValueError:  # the variant is not a valid keyword set for this case
-        return False
+        # the case that sets the class (the coarsest precision), then the largest difference
+        t, worst = max(missed, key=lambda to: (RANK[to[1].precision or dtype], to[1].max_abs))
+        findings.append({
+            "dtype": dtype,
+            "meets": meets,
+            "max_abs_err": _finite_or_none(worst.max_abs),
+            "max_rel_err": _finite_or_none(worst.max_rel),
+            "case": t.describe(),
+            "note": note,
+            "message": f"{dtype} inputs: outputs meet {precision_label(meets)} precision, not {dtype} "
+                       f"(greatest absolute difference {worst.max_abs:.3g}"
+                       + (f", relative {worst.max_rel:.3g}" if worst.max_rel == worst.max_rel else "")
+                       + f"; {t.describe()})" + (f": {note}" if note else ""),
+            "reproduce": worst.repro(),
+        })
+    return findings
 
 
 def _fmt_kwargs(kwargs: dict[str, Any]) -> str:

@@ -5,7 +5,9 @@ the same rounded inputs) when, elementwise, `|actual - expected| <= atol + rtol 
 
 `DEFAULT` holds one (rtol, atol) pair per input dtype. `OVERRIDES` may widen a pair for one
 (spec id, dtype, what) with a reason; `what` is "value" or "grad". The meta-test
-`tests/meta/test_tolerances.py` rejects an override without a reason or one that tightens nothing.
+`tests/conformance/test_tolerances.py` rejects an override without a reason or one that widens nothing,
+and checks that the classes are nested (float64 inside float32 inside bfloat16) for every spec id: the
+conformance run reports the finest class an adapter meets, which needs that order.
 """
 
 from __future__ import annotations
@@ -86,15 +88,27 @@ OVERRIDES: dict[tuple[str, str, str], Tol] = {
 
 
 def tolerance(spec_id: str, dtype: str, what: str = "value") -> Tol:
-    """The tolerance for one comparison: the dtype's default, widened by an override if listed."""
+    """The tolerance for one comparison: the dtype's default, widened by an override if listed,
+    and never narrower than a finer class's (the classes are nested: whatever meets the float32
+    class meets the bfloat16 one, so a float32 override that widens atol widens bfloat16's too)."""
     if dtype not in DEFAULT:
         raise ValueError(f"tolerance: dtype: expected one of {DTYPES}, got {dtype!r}")
     if what not in ("value", "grad"):
         raise ValueError(f"tolerance: what: expected 'value' or 'grad', got {what!r}")
+    own = _own(spec_id, dtype, what)
+    finer = [_own(spec_id, klass, what) for klass in DTYPES[: DTYPES.index(dtype)]]
+    wider = [t for t in finer if t.rtol > own.rtol or t.atol > own.atol]
+    if not wider:
+        return own
+    rtol = max([own.rtol] + [t.rtol for t in finer])
+    atol = max([own.atol] + [t.atol for t in finer])
+    return Tol(rtol=rtol, atol=atol, reason=f"{own.reason}; widened to a finer class's ({wider[-1].reason})")
+
+
+def _own(spec_id: str, dtype: str, what: str) -> Tol:
+    """One class's own entry: the default widened by an override."""
     base = DEFAULT[dtype]
     override = OVERRIDES.get((spec_id, dtype, what))
     if override is None:
         return base
-    return Tol(
-        rtol=max(base.rtol, override.rtol), atol=max(base.atol, override.atol), reason=override.reason
-    )
+    return Tol(rtol=max(base.rtol, override.rtol), atol=max(base.atol, override.atol), reason=override.reason)

@@ -4,11 +4,19 @@ entry-point group."""
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
 ENTRY_POINT_GROUP = "rlspec.adapters"
+
+# The input dtypes checked when an adapter declares no `dtypes`, by `array_api`.
+DEFAULT_DTYPES: dict[str, tuple[str, ...]] = {
+    "torch": ("float64", "float32", "bfloat16"),
+    "numpy": ("float64", "float32"),
+}
 
 # name -> "module:factory"; factories are imported only when asked for, so a missing optional
 # framework never breaks the others.
@@ -29,10 +37,14 @@ def _resolve(path: str) -> Any:
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
         raise AdapterLoadError(f"adapter path {path!r}: expected 'package.module:attribute'")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` would: an adapter beside
+        sys.path.append(os.getcwd())  # the user's project imports without installing it
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise AdapterLoadError(f"adapter {path!r}: cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - a module that raises at import is a load error, said in one line
+        raise AdapterLoadError(f"adapter {path!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}") from exc
     try:
         obj = getattr(module, attr)
     except AttributeError as exc:
@@ -43,7 +55,10 @@ def _resolve(path: str) -> Any:
 def _instantiate(obj: Any) -> Any:
     """A class or a zero-argument factory is called; anything else is the adapter itself."""
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "name")):
-        obj = obj()
+        try:
+            obj = obj()
+        except Exception as exc:  # noqa: BLE001 - a factory that raises is a load error
+            raise AdapterLoadError(f"adapter factory {getattr(obj, '__name__', obj)!r} raised {type(exc).__name__}: {exc}") from exc
     for attribute in ("name", "version", "spec_version", "array_api"):
         if not hasattr(obj, attribute):
             raise AdapterLoadError(f"adapter {obj!r} lacks the required attribute {attribute!r}")
@@ -65,9 +80,10 @@ def load_adapter(spec: str) -> Any:
     plugins = installed_entry_points()
     if spec in plugins:
         try:
-            return _instantiate(plugins[spec]())
-        except ImportError as exc:
-            raise AdapterLoadError(f"adapter {spec!r} (entry point): {exc}") from exc
+            loaded = plugins[spec]()
+        except Exception as exc:  # noqa: BLE001 - ImportError or anything the module raises at import
+            raise AdapterLoadError(f"adapter {spec!r} (entry point): {type(exc).__name__}: {exc}") from exc
+        return _instantiate(loaded)
     if ":" in spec:
         return _instantiate(_resolve(spec))
     known = sorted(set(BUILTIN_ADAPTERS) | set(plugins))

@@ -140,10 +140,14 @@ class TRLAdapter:
     name = "trl"
     spec_version = "v1"
     array_api = "torch"
-    # float32 only in the core suite: TRL's trainers hold rewards in float32 and its fused head
-    # accumulates in float32 whatever the input dtype (float64 cases would be held to float64
-    # tolerances). TRL's bfloat16 paths are reported by conformance/trl_checks.py as separate rows.
-    dtypes = ("float32",)
+    # Every dtype: TRL's trainers hold rewards in float32 and its fused head accumulates in float32
+    # whatever the input dtype, and its softmax runs in the logits' dtype; the runner reports those
+    # as precision findings beside the semantic verdict (api.md, "Precision").
+    dtypes = ("float64", "float32", "bfloat16")
+    precision_notes = {
+        "token_logprobs": "selective_log_softmax computes the softmax in the logits' dtype (bfloat16)",
+        "token_entropy": "entropy_from_logits computes the softmax in the logits' dtype (bfloat16)",
+    }
     supports_grad = True
     accepts_variants = False
 

@@ -1,38 +1,71 @@
-"""`rlspec repro`: re-run one failing comparison from the line a failure message printed."""
+"""`rlspec repro`: re-run one comparison exactly as `rlspec check` ran it, from the `Reproduce:` line
+that a failure or a precision finding printed: a seeded property case, a golden vector
+(`--vector`), an invariant (`--invariant`), with the adapter named as the user named it."""
 
 from __future__ import annotations
 
 import argparse
 import ast
+from typing import Any
 
 import numpy as np
 
 from conformance import cases
 from conformance.adapters import AdapterLoadError, load_adapter
-from conformance.differential import run_case
-from conformance.registry import BY_FUNCTION
+from conformance.differential import BELOW, PRECISIONS
+from conformance.errors import BrokenRun
+from conformance.invariants import METAMORPHIC
+from conformance.registry import BY_FUNCTION, QuantityInfo
+from conformance.suite import _Trial
+
+INVARIANTS = sorted(k.split(":", 1)[1] for k in METAMORPHIC) + ["on_policy"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("repro", help="re-run one comparison (function, seed, dtype, adapter)")
+    p = subparsers.add_parser(
+        "repro",
+        help="re-run one comparison (function, seed or golden vector, dtype, adapter)",
+        description="Re-run one comparison of `rlspec check` from the line it printed after "
+        "'Reproduce:'. Exit 0 when it passes, 1 when it fails or errors, 2 when it cannot run.",
+    )
     p.add_argument("function", choices=sorted(BY_FUNCTION))
-    p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--dtype", default="float64", choices=["float64", "float32", "bfloat16"])
-    p.add_argument("--adapter", default="refimpl")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--seed", type=int, help="seed of the property case")
+    where.add_argument("--vector", metavar="ID", help="golden vector id, e.g. gae/multi-turn-gap-discount")
+    p.add_argument("--dtype", default="float64", choices=list(PRECISIONS))
+    p.add_argument("--adapter", default="refimpl", help="built-in name, entry point or module:attribute")
+    p.add_argument("--invariant", choices=INVARIANTS, help="run this invariant check on the case instead of the oracle comparison")
     p.add_argument("--kw", action="append", default=[], metavar="NAME=VALUE",
                    help="keyword passed to the adapter and the oracle (Python literal), repeatable")
+    p.add_argument("--oracle-kw", action="append", default=[], metavar="NAME=VALUE",
+                   help="keyword given to the oracle only, on top of --kw (a preset's or variant's), repeatable")
+    p.add_argument("--precision", choices=[*PRECISIONS, BELOW],
+                   help="judge at this precision class's tolerance (default: the input dtype's)")
     p.add_argument("--show-inputs", action="store_true", help="print the input arrays")
     p.set_defaults(func=run)
 
 
-def parse_kw(items: list[str]) -> dict[str, object]:
-    out: dict[str, object] = {}
+def parse_kw(items: list[str], flag: str = "--kw") -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"rlspec repro: --kw {item!r}: expected NAME=VALUE")
-        out[name] = ast.literal_eval(value)
+            raise BrokenRun(f"{flag} {item!r}: expected NAME=VALUE")
+        try:
+            out[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError) as exc:
+            raise BrokenRun(f"{flag} {item!r}: the value is not a Python literal ({exc})") from exc
     return out
+
+
+def _golden_case(record: QuantityInfo, vector_id: str) -> cases.Case:
+    from conformance.vectors.golden import cases_for
+
+    found = [c for c in cases_for(record.function) if c.note == vector_id]
+    if not found:
+        known = ", ".join(c.note for c in cases_for(record.function))
+        raise BrokenRun(f"--vector: no golden vector {vector_id!r} of {record.function}; known: {known}")
+    return found[0]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,15 +73,23 @@ def run(args: argparse.Namespace) -> int:
     try:
         adapter = load_adapter(args.adapter)
     except AdapterLoadError as exc:
-        print(f"rlspec repro: {exc}")
-        return 2
-    case = cases.make_case(record.function, args.seed)
-    kwargs = parse_kw(args.kw) if args.kw else None
-    outcome = run_case(record, adapter, case, args.dtype, kwargs)
+        raise BrokenRun(f"{exc}") from None
+    if args.vector is not None:
+        kind, case = "golden", _golden_case(record, args.vector)
+    else:
+        case = cases.make_case(record.function, args.seed)
+        kind = f"invariant:{args.invariant}" if args.invariant else "property"
+        if args.invariant == "on_policy":
+            case = cases.on_policy(case)
+    kwargs = parse_kw(args.kw) if args.kw else record.question_kwargs(case.kwargs)
+    trial = _Trial(kind, case, args.dtype, kwargs, parse_kw(args.oracle_kw, "--oracle-kw"))
+    outcome = trial.run(record, adapter, ref=args.adapter, tol_class=args.precision)
     if args.show_inputs:
         with np.printoptions(precision=6, suppress=True, linewidth=120):
             for name, value in cases.rounded_args(case, args.dtype).items():
                 print(f"{name} =\n{value}")
     print(outcome.report())
+    if outcome.precision is not None:
+        print(f"precision met: {outcome.precision.replace('_', ' ')}")
     print(f"status: {outcome.status}")
     return 0 if outcome.status in ("pass", "ill_conditioned") else 1

@@ -806,6 +806,10 @@ add("ppo_token_loss/overflowing-ratio-zero-advantage",
     "a finite log-ratio of 800 overflows exp to inf; with A = 0 the token is 0, never NaN",
     _ppo([[0.0, 800.0, 0.1, -0.1, 0.0, 0.2]], [[0.0, 0.0, 1.0, 1.0, -1.0, 1.0]], M6, old=-801.0),
     grad_factor=where(M6, [[0.0, 0.0, -np.exp(0.1), -np.exp(-0.1), 1.0, 0.0]]))
+add("ppo_token_loss/square-batch-sequence-advantages",
+    "B == T with [B] advantages: row b's tokens all carry A_b (broadcast over time, not over rows)",
+    _ppo([[0.0, 0.1, -0.1], [0.0, 0.05, 0.1], [0.0, -0.05, 0.0]], [1.0, -0.5, 2.0], mask(".xx", ".xx", ".xx")),
+    expect=where(mask(".xx", ".xx", ".xx"), [[1.0], [-0.5], [2.0]]) * -np.exp(f64([[0.0, 0.1, -0.1], [0.0, 0.05, 0.1], [0.0, -0.05, 0.0]])))
 
 # ---------------------------------------------------------------------------------------------
 # gspo_token_loss: s_b = exp(masked mean of d over the row)
