@@ -36,7 +36,7 @@ class Mismatch:
             else "no relative difference (|expected| <= atol wherever it is off)"
         )
         return (
-            f"{self.what}: {self.n_bad}/{self.n_total} elements off; "
+            f"{self.what}: {self.n_bad}/{self.n_total} elements off; of those, the "
             f"greatest absolute difference {self.max_abs:.3g} at index {self.max_abs_index} "
             f"(actual {self.actual_at:.8g}, expected {self.expected_at:.8g}); "
             f"{rel} (allowed: atol {self.tol.atol:g} + rtol {self.tol.rtol:g}*|expected|)"
@@ -83,7 +83,7 @@ def compare(actual: object, expected: np.ndarray, tol: Tol, what: str = "value")
     bad = diff > tol.atol + tol.rtol * np.abs(np.where(np.isfinite(e), e, 0.0))
     if not bad.any():
         return None
-    max_abs, i_abs = greatest(diff)
+    max_abs, i_abs = greatest(np.where(bad, diff, np.nan))  # among the elements that are off
     max_rel, i_rel = greatest(np.where(bad, rel, np.nan))
     return Mismatch(
         what=what,

@@ -98,21 +98,36 @@ def frameworks_table() -> str:
             row = rows.get(q.function)
             if row is None:
                 cells.append("-")
-            elif row["status"] == "preset":
-                presets = (row["matched_preset"] or "").split(", ")
-                if row["framework"] in presets:
-                    cells.append(f"preset {row['framework']}")
-                else:  # keywords that happen to equal another framework's preset, or none
-                    same = f" (= preset {row['matched_preset']})" if row["matched_preset"] else ""
-                    cells.append("variant: " + _kwargs(row["matched_kwargs"]) + same)
             else:
-                cells.append({"pass": "pass", "fail": "**FAIL**", "error": "error", "not_implemented": "not implemented"}[row["status"]])
+                cells.append(_framework_cell(row))
         lines.append(f"| `{q.spec_id}` | `{q.function}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def _kwargs(kwargs: dict | None) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in (kwargs or {}).items())
+
+
+def _framework_cell(row: dict) -> str:
+    """A framework report row as a README cell: its own preset by name, another keyword set as a
+    variant (naming the preset it equals, if any), then its precision and not-implemented marks."""
+    status = row["status"]
+    if status in ("preset", "variant"):
+        presets = (row["matched_preset"] or "").split(", ")
+        if row["framework"] in presets:
+            text = f"preset {row['framework']}"
+        else:  # keywords that happen to equal another framework's preset, or none
+            same = f" (= preset {row['matched_preset']})" if row["matched_preset"] else ""
+            text = "variant: " + _kwargs(row["matched_kwargs"]) + same
+    else:
+        text = {"pass": "pass", "fail": "**FAIL**", "error": "error", "not_implemented": "not implemented"}[status]
+    marks = []
+    if row.get("precision_findings"):
+        marks.append("precision: " + ", ".join(f"{f['dtype']} meets {f['meets'].replace('_', ' ')}"
+                                                for f in row["precision_findings"]))
+    if row.get("not_implemented_cases"):
+        marks.append("partial")
+    return text + (f" ({'; '.join(marks)})" if marks else "")
 
 
 def mutants_table() -> str:

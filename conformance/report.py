@@ -189,7 +189,7 @@ def render_markdown(report: Report) -> str:
     spec_of = {row_label(r): r.spec_id for r in report.rows}
     data = report.to_json()
     lines = [
-        f"# rlspec conformance report",
+        "# rlspec conformance report",
         "",
         f"Suite {SUITE_VERSION}, spec {SPEC_VERSION}, seed {report.seed}; "
         f"reproduce with `{data['reproduce']}`.",

@@ -42,8 +42,7 @@ import torch
 
 import oracle
 from conformance.compare import Mismatch, compare, differences, greatest
-from conformance.registry import BY_FUNCTION
-from conformance.suite import RowResult, check_row, seeds_for
+from conformance.suite import RowResult, match_status, seeds_for
 from conformance.tolerances import Tol, tolerance
 
 # ---------------------------------------------------------------------------------------------
@@ -508,7 +507,7 @@ def check_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> RowResult:
                     row.status = "pass"
                     row.message = f"= {comp.formula}"
                 else:
-                    row.status = "preset"
+                    row.status = match_status(comp.preset)
                     row.matched_preset = comp.preset
                     row.matched_kwargs = comp.kwargs
                     row.message = f"matches {'preset ' + comp.preset if comp.preset else 'variant'} ({comp.label}), not canonical: {comp.formula}"

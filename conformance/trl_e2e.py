@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 import oracle
-from conformance.suite import RowResult
+from conformance.suite import RowResult, match_status
 from conformance.tolerances import tolerance
 from conformance.trainer_verify import expected_mask
 from conformance.trl_checks import Comparison, compare_run, compositions
@@ -458,7 +458,7 @@ class TRLStepRun:
                 if comp.label == "canonical":
                     row.message = f"= {comp.formula}; {rng}"
                 else:
-                    row.status, row.matched_preset, row.matched_kwargs = "preset", comp.preset, comp.kwargs
+                    row.status, row.matched_preset, row.matched_kwargs = match_status(comp.preset), comp.preset, comp.kwargs
                     row.message = (f"matches {'preset ' + comp.preset if comp.preset else 'variant'} ({comp.label}), "
                                    f"not canonical: {comp.formula}; {rng}")
                 rows.append(row)

@@ -45,10 +45,12 @@ def _resolve(path: str) -> Any:
         raise AdapterLoadError(f"adapter {path!r}: cannot import {module_name!r}: {exc}") from exc
     except Exception as exc:  # noqa: BLE001 - a module that raises at import is a load error, said in one line
         raise AdapterLoadError(f"adapter {path!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}") from exc
-    try:
-        obj = getattr(module, attr)
-    except AttributeError as exc:
-        raise AdapterLoadError(f"adapter {path!r}: {module_name!r} has no attribute {attr!r}") from exc
+    obj: Any = module
+    for part in attr.split("."):  # `module:obj.attr`, as entry points allow
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise AdapterLoadError(f"adapter {path!r}: {module_name!r} has no attribute {attr!r}") from exc
     return obj
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from conformance import report as reports
 from conformance.commands.check import run_report, selected_records
+from conformance.suite import STATUSES
 
 REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
 FRAMEWORKS = ("trl", "verl", "openrlhf")
@@ -36,6 +37,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"{name}: {info.status.replace('_', ' ')} ({info.message}); kept the previous report")
             continue
         reports.write_outputs(rep, json_path=str(out / f"{name}.json"), junit_path=None, markdown_path=str(out / f"{name}.md"))
-        counts = {s: sum(r.status == s for r in rep.rows) for s in ("pass", "preset", "fail", "error", "not_implemented")}
+        counts = {s: sum(r.status == s for r in rep.rows) for s in STATUSES}
         print(f"{name} {info.version}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
     return 0

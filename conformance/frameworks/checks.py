@@ -27,9 +27,8 @@ import numpy as np
 
 import oracle
 from conformance import cases
-from conformance.differential import run_case
 from conformance.registry import BY_FUNCTION
-from conformance.suite import RowResult, seeds_for
+from conformance.suite import RowResult, check_row, match_status, seeds_for
 from conformance.trl_checks import Comparison, Piece
 from conformance.tolerances import Tol, tolerance
 
@@ -65,67 +64,13 @@ def _golden(function: str) -> list[cases.Case]:
 def fixed_row(view: Any, function: str, *, row_id: str, fixed: dict[str, Any], seed: int, n_seeds: int = 8,
               note: str = "", skip: Callable[[cases.Case], str | None] | None = None) -> RowResult:
     """``check_row`` for ``view.<function>`` with the case keywords in ``fixed`` pinned (the oracle is
-    asked the same). ``skip(case)`` may name a reason to leave a case out (reported in the message)."""
+    asked the same), fingerprinting the framework's own preset first. ``skip(case)`` may name a
+    reason to leave a case out (reported in the message); ``note`` is appended to it."""
     t0 = time.perf_counter()
     record = BY_FUNCTION[function]
-    row = RowResult(id=row_id, spec_id=record.spec_id, function=function, adapter=view.name, status="pass")
-    dtypes = [d for d in record.dtypes if d in view.dtypes]
-    trials: list[tuple[str, cases.Case, str]] = []
-    seeds = seeds_for(f"{row_id}", seed, n_seeds)
-    row.seeds = seeds
-    for s in seeds:
-        case = cases.make_case(function, s)
-        case.kwargs.update(fixed)
-        trials += [("property", case, d) for d in dtypes]
-        if "mask" in record.invariants and "mask" in case.args:
-            trials.append(("invariant:mask", cases.plant_masked(case, s), dtypes[0]))
-        if "on_policy" in record.invariants:
-            trials.append(("invariant:on_policy", cases.on_policy(case), dtypes[0]))
-    for case in _golden(function):
-        case.kwargs.update(fixed)
-        trials.append(("golden", case, "float64" if "float64" in dtypes else dtypes[0]))
-    skipped: list[str] = []
-    kept = []
-    for kind, case, dtype in trials:
-        reason = skip(case) if skip else None
-        if reason:
-            skipped.append(f"{kind} seed {case.seed}: {reason}")
-        else:
-            kept.append((kind, case, dtype))
-
-    def run(kind: str, case: cases.Case, dtype: str, override: dict[str, Any] | None = None) -> Any:
-        q = record.question_kwargs(case.kwargs)
-        okw = {**{k: v for k, v in case.kwargs.items() if k in fixed or k in record.question}, **(override or {})}
-        return run_case(record, view, case, dtype, q, okw)
-
-    outcomes = [(k, c, d, run(k, c, d)) for k, c, d in kept]
-    outcomes = [x for x in outcomes if x[3].status not in ("ill_conditioned", "unsupported")]
-    row.n_cases = len(outcomes)
-    for kind, _, _, o in outcomes:
-        row.max_abs_err, row.max_rel_err = max(row.max_abs_err, o.max_abs), max(row.max_rel_err, o.max_rel)
-        if row.checks.get(kind, "pass") == "pass":
-            row.checks[kind] = o.status
-    tail = (f"{note} " if note else "") + (f"({len(skipped)} case(s) left out: {'; '.join(skipped[:3])})" if skipped else "")
-    errors = [o for *_, o in outcomes if o.status == "error"]
-    failing = [o for *_, o in outcomes if o.status == "fail"]
-    if errors:
-        row.status, row.message = "error", errors[0].report()
-    elif failing:
-        own = record.presets.get(view.name)  # the framework's own preset first
-        for variant in ([own] if own else []) + list(record.variant_kwargs()):
-            if not variant or any(k in fixed and variant[k] != fixed[k] for k in variant):
-                continue
-            if all(run(k, c, d, variant).status in ("pass", "ill_conditioned", "unsupported") for k, c, d, _ in outcomes):
-                names = [n for n, kw in record.presets.items() if kw == variant]
-                row.status = "preset"
-                row.matched_preset = ", ".join(names) if names else None
-                row.matched_kwargs = dict(variant)
-                label = f"preset {row.matched_preset}" if names else "variant"
-                row.message = f"matches {label} ({', '.join(f'{k}={v!r}' for k, v in variant.items())}), not canonical"
-                break
-        else:
-            row.status, row.message = "fail", failing[0].report()
-    row.message = " ".join(x for x in (row.message, tail) if x)
+    row = check_row(record, view, seeds=seeds_for(row_id, seed, n_seeds), golden=_golden(function), fixed=fixed,
+                    prefer=view.name, skip=skip, row_id=row_id)
+    row.message = "\n".join(x for x in (row.message, note) if x)
     row.seconds = time.perf_counter() - t0
     return row
 
@@ -168,7 +113,7 @@ def composition_row(row_id: str, spec_id: str, function: str, adapter: Any, got:
                 if cand.label == "canonical":
                     row.message = f"= {cand.formula}"
                 else:
-                    row.status = "preset"
+                    row.status = match_status(cand.preset)
                     row.matched_preset = cand.preset
                     row.matched_kwargs = dict(cand.kwargs) or None
                     what = f"preset {cand.preset}" if cand.preset else "variant"

@@ -130,3 +130,23 @@ def numpy_contract_breakers() -> types.SimpleNamespace:
     )
     ns.array_api = "numpy"
     return ns
+
+
+def _not_implemented(*args, **kwargs):
+    raise NotImplementedError
+
+
+def all_not_implemented() -> types.SimpleNamespace:
+    """A fresh `rlspec new-adapter` skeleton: functions present, every one raising NotImplementedError."""
+    return _base("all_not_implemented", grpo_advantages=_not_implemented, ppo_token_loss=_not_implemented)
+
+
+def _pg_nonzero_at_masked(logp, advantages, mask):
+    """The loss right at valid tokens, 1e-3 instead of 0 at masked ones (the spec's value there is 0)."""
+    out = refimpl.pg_token_loss(logp, advantages, mask)
+    return torch.where(mask, out, torch.full_like(out, 1e-3))
+
+
+def nonzero_at_masked() -> types.SimpleNamespace:
+    """pg_token_loss leaves 1e-3 at masked positions: every wrong element expects exactly 0."""
+    return _base("nonzero_at_masked", pg_token_loss=_pg_nonzero_at_masked)

@@ -72,7 +72,7 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     'whiten': 'error',
     'kl_penalty': 'preset',  # verl clamps only k3: preset verl for estimator='k3', canonical otherwise
     'ppo_token_loss': 'preset',
-    'gspo_token_loss': 'preset',
+    'gspo_token_loss': 'variant',  # form='token_sg' (no preset of another name uses it)
     'cispo_token_loss': 'pass',
     'value_token_loss': 'pass',
     'aggregate': 'fail',
@@ -83,13 +83,13 @@ EXTRA = {  # row id -> (status, matched preset)
     'verl.agg_loss[token-mean,local]': ('pass', None),
     'verl.agg_loss[token-mean,dp=2]': ('pass', None),
     'verl.agg_loss[seq-mean-token-mean]': ('pass', None),
-    'verl.agg_loss[seq-mean-token-mean,local]': ('preset', None),
+    'verl.agg_loss[seq-mean-token-mean,local]': ('variant', None),
     'verl.agg_loss[seq-mean-token-mean,dp=2]': ('pass', None),
     'verl.agg_loss[seq-mean-token-sum]': ('pass', None),
-    'verl.agg_loss[seq-mean-token-sum,local]': ('preset', None),
+    'verl.agg_loss[seq-mean-token-sum,local]': ('variant', None),
     'verl.agg_loss[seq-mean-token-sum,dp=2]': ('pass', None),
     'verl.agg_loss[seq-mean-token-sum-norm]': ('pass', None),
-    'verl.agg_loss[seq-mean-token-sum-norm,local]': ('preset', None),
+    'verl.agg_loss[seq-mean-token-sum-norm,local]': ('variant', None),
     'verl.agg_loss[seq-mean-token-sum-norm,dp=2]': ('pass', None),
     'verl.agg_loss[token-sum]': ('pass', None),
     'verl.agg_loss[token-sum,local]': ('pass', None),
@@ -116,11 +116,11 @@ EXTRA = {  # row id -> (status, matched preset)
     'verl.kl_penalty[k2]': ('pass', None),
     'verl.kl_penalty[low_var_kl]': ('preset', 'verl'),
     'verl.kl_penalty[k3]': ('preset', 'verl'),
-    'verl.kl_penalty[k3+]': ('preset', None),
-    'verl.kl_penalty[low_var_kl+]': ('preset', None),
-    'verl.kl_penalty[k1+]': ('preset', None),
+    'verl.kl_penalty[k3+]': ('variant', None),
+    'verl.kl_penalty[low_var_kl+]': ('variant', None),
+    'verl.kl_penalty[k1+]': ('variant', None),
     'verl.kl_penalty[abs]': ('not_implemented', None),
-    'verl.grpo_advantages[norm_adv_by_std_in_grpo=True]': ('fail', None),
+    'verl.grpo_advantages[norm_adv_by_std_in_grpo=True]': ('preset', 'verl'),  # + precision: epsilon added in float32
     'verl.grpo_advantages[norm_adv_by_std_in_grpo=False]': ('preset', 'verl'),
     'verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=True]': ('preset', 'verl'),
     'verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=False]': ('preset', 'verl'),
@@ -143,6 +143,18 @@ test_every_extra_row_is_pinned, test_extra_row = pinned_rows.extra_row_tests(EXT
 # ---------------------------------------------------------------------------------------------
 # Findings (verl 0.9.1), pinned with minimal reproductions
 # ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.frameworks
+def test_finding_grpo_statistics_in_float32_are_a_precision_finding(extra):
+    """verl adds GRPO's epsilon in float32 (core_algos.py) and its vectorised group_mean_std computes
+    in float32 (utils/groupwise.py): float64 rewards get float32-precision advantages. The semantic
+    verdict is still its own preset, at that precision; the precision is reported apart."""
+    for row_id in ("verl.grpo_advantages[norm_adv_by_std_in_grpo=True]",
+                   "verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=True]"):
+        row = extra[row_id]
+        assert (row.status, row.matched_preset) == ("preset", "verl"), row.message
+        assert [(f["dtype"], f["meets"]) for f in row.precision_findings] == [("float64", "float32")], row.precision_findings
 
 
 @pytest.mark.frameworks
