@@ -67,6 +67,17 @@ def adapter_keywords_table() -> str:
     return "\n".join(lines)
 
 
+def verdicts_table() -> str:
+    """What a row of `rlspec check` can say, and which of it `--fail-on` can count."""
+    from conformance.report import DEFAULT_FAIL_ON, FINDING_DESCRIPTIONS
+    from conformance.suite import STATUSES
+
+    lines = ["| kind | what it means | counts for the exit code by default |", "|---|---|---|"]
+    for kind, what in {**STATUSES, **FINDING_DESCRIPTIONS}.items():
+        lines.append(f"| `{kind}` | {what} | {'yes' if kind in DEFAULT_FAIL_ON else 'no'} |")
+    return "\n".join(lines)
+
+
 def command_table() -> str:
     from conformance.cli import build_parser
 
@@ -160,6 +171,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "tolerances": tolerance_table,
     "commands": command_table,
     "adapter-keywords": adapter_keywords_table,
+    "verdicts": verdicts_table,
 }
 
 

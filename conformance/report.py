@@ -18,9 +18,15 @@ REPORT_SCHEMA_VERSION = "report-v2"
 SCHEMA_PATH = Path(__file__).with_name("report_schema.json")
 
 
-# What can count as a finding (`rlspec check --fail-on`): a row status, a row with a precision
-# finding, or a row with cases the adapter does not offer ("partial").
-FINDINGS = ("fail", "error", "precision", "preset", "variant", "not_implemented", "partial")
+# What can count as a finding (`rlspec check --fail-on`): a row status (suite.STATUSES), a row
+# with a precision finding, or a row with cases the adapter does not offer ("partial").
+FINDING_DESCRIPTIONS = {
+    "precision": "some input dtype's outputs meet only a coarser precision class than the dtype's own "
+                 "(listed apart, with the class met, the worst case and its reproduce line)",
+    "partial": "some keyword values are not implemented (NotImplementedError or `unsupported_kwargs`); "
+               "the rest of the row was checked",
+}
+FINDINGS = tuple(s for s in STATUSES if s != "pass") + tuple(FINDING_DESCRIPTIONS)
 DEFAULT_FAIL_ON = ("fail", "error", "precision")
 
 
