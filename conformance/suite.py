@@ -341,17 +341,96 @@ def check_row(
         row.status = "not_implemented"
         row.message = f"adapter dtypes {adapter_dtypes(adapter)} share none with {record.function}'s {record.dtypes}"
         return row
-
     trials = _trials(record, adapter, seeds, golden, fixed)
-    skipped = []
+    skipped: list[str] = []
     if skip is not None:
         reasons = [(t, skip(t.case)) for t in trials]
         skipped = [f"{t.kind} seed {t.case.seed}: {r}" for t, r in reasons if r]
         trials = [t for t, r in reasons if not r]
-    compared = []
+
+    # 1. call the adapter once per oracle-compared case
+    compared = _call(record, adapter, [t for t in trials if not t.metamorphic], ref, on_trial)
+    absent = [t for t in compared if t.outcome.status == "not_implemented"]
+    compared = [t for t in compared if t not in absent]
+    row.not_implemented_cases = sorted({t.outcome.message.partition("(")[2].rpartition(")")[0] or "some inputs"
+                                        for t in absent})
+    # an exception or a broken contract decides the status, but every check still runs: the
+    # failure pattern of the row (`checks`) is what `conformance.diagnosis` matches bugs against
+    errors = [t.outcome for t in compared if t.outcome.status == "error"]
+    broken = [t.outcome for t in compared if t.outcome.contract]
+    for t in compared:
+        if t.outcome.status == "error" or t.outcome.contract:
+            row.checks[t.kind] = _worse(row.checks.get(t.kind, "pass"), t.outcome.status)
+    compared = [t for t in compared if t.outcome.status != "error" and not t.outcome.contract]
+    if absent and not compared and not errors and not broken:
+        row.status = "not_implemented"
+        row.message = f"{record.function} raises NotImplementedError (or is declared unsupported) for every case"
+        row.not_implemented_cases = []
+        return row
+    semantic = [t for t in compared if not t.kind.startswith("preset:")]
+    preset_checks = [t for t in compared if t.kind.startswith("preset:")]
+    metamorphic = [t for t in trials if t.metamorphic]
+
+    # 2. the semantics, and the precision it is met at
+    sem = _semantics(record, semantic, _candidates(record, fixed, prefer), strict_precision)
+    row.precision = dict(sorted(sem.measured.items(), key=lambda kv: RANK[kv[0]]))
+    canonical = [(t, t.judged({}, sem.klass(t))) for t in semantic]
+    for t, o in canonical:
+        status = "pass" if sem.klass(t) == BELOW and sem.explained else o.status
+        row.checks[t.kind] = _worse(row.checks.get(t.kind, "pass"), status)
+
+    # 3. the invariants and preset checks, judged at that precision
+    for t in metamorphic:
+        if on_trial is not None:
+            on_trial(t.describe())
+        t.outcome = t.run(record, adapter, ref=ref, tol_class=sem.klass(t))
+        if t.outcome.status not in ("ill_conditioned", "unsupported"):
+            row.checks[t.kind] = _worse(row.checks.get(t.kind, "pass"), t.outcome.status)
+    broken_invariants = [t.outcome for t in metamorphic if t.outcome.status in ("fail", "error")]
+    preset_judged = [(t, t.judged({}, sem.klass(t))) for t in preset_checks]
+    for t, o in preset_judged:
+        row.checks[t.kind] = _worse(row.checks.get(t.kind, "pass"), o.status)
+
+    # evidence of a bug: what misses at the precision the adapter meets (never a rounding difference,
+    # even when --strict-precision judged the row at the input dtype's class)
+    at_measured = [(t, t.judged({}, coarser(sem.measured.get(t.dtype, t.dtype), t.dtype))) for t in semantic]
+    row.evidence = tuple(
+        [(t, o) for t, o in at_measured if o.status == "fail" and o.tol_class != BELOW]
+        + [(t, t.outcome) for t in metamorphic if t.outcome.status == "fail"]
+        + [(t, o) for t, o in preset_judged if o.status == "fail"]
+    )
+    everything = ([t.judged(sem.variant_of[id(t)], sem.klass(t)) for t in semantic]
+                  + [o for _, o in preset_judged] + [t.outcome for t in metamorphic])
+    row.n_cases = sum(o.status not in ("ill_conditioned", "unsupported", "not_implemented") for o in everything)
+    row.max_abs_err = max([row.max_abs_err] + [o.max_abs for o in everything])
+    rels = [o.max_rel for o in everything if o.max_rel == o.max_rel]
+    row.max_rel_err = max(rels) if rels else float("nan")
+
+    # 4. the status, most specific cause first: an exception, a broken calling contract, a broken
+    # invariant (no keyword set of the oracle can explain one), then the oracle comparisons
+    errors += [o for o in broken_invariants if o.status == "error"]
+    unexplained = [] if sem.explained else [max((o for _, o in canonical if o.status == "fail"), key=lambda o: o.max_abs)]
+    for status, outcomes in (
+        ("error", errors),
+        ("fail", broken),
+        ("fail", [o for o in broken_invariants if o.status == "fail"]),
+        ("fail", unexplained),
+        ("fail", [o for _, o in preset_judged if o.status == "fail"]),  # a variant, but not a preset's keywords
+    ):
+        if outcomes:
+            return _finish(row, skipped, status, outcomes[0].report(), outcomes[0])
+    row.precision_findings = _precision_findings(record, adapter, semantic, sem.variant_of, sem.precision, strict_precision)
+    row.matched_preset, row.matched_kwargs, message = _match(record, sem)
+    status = "pass" if row.matched_kwargs is None else match_status(row.matched_preset)
+    return _finish(row, skipped, status, message, None)
+
+
+def _call(record: QuantityInfo, adapter: Any, trials: list[_Trial], ref: str | None,
+          on_trial: Callable[[str], None] | None) -> list[_Trial]:
+    """Run the oracle-compared trials (one adapter call each); the ones that compared something or
+    said why not (ill-conditioned cases and unsupported dtypes are dropped)."""
+    kept = []
     for t in trials:
-        if t.metamorphic:
-            continue
         if on_trial is not None:
             on_trial(t.describe())
         try:
@@ -361,143 +440,87 @@ def check_row(
                 continue  # (e.g. bound="absolute" with verl's relative CISPO eps): not a question
             raise
         if t.outcome.status not in ("ill_conditioned", "unsupported"):
-            compared.append(t)
-    absent = [t for t in compared if t.outcome.status == "not_implemented"]
-    row.not_implemented_cases = sorted({t.outcome.message.partition("(")[2].rpartition(")")[0] or "some inputs"
-                                        for t in absent})
-    compared = [t for t in compared if t.outcome.status != "not_implemented"]
-    _finish = _Finisher(row, record, skipped)
+            kept.append(t)
+    return kept
 
-    # an exception or a broken contract decides the status, but every check still runs: the
-    # failure pattern of the row (`checks`) is what `conformance.diagnosis` matches bugs against
-    errors = [t.outcome for t in compared if t.outcome.status == "error"]
-    broken = [t.outcome for t in compared if t.outcome.contract]
-    for t in compared:
-        if t.outcome.status == "error" or t.outcome.contract:
-            row.checks[t.kind] = _worse(row.checks.get(t.kind, "pass"), t.outcome.status)
-    compared = [t for t in compared if t.outcome.status != "error" and not t.outcome.contract]
-    semantic = [t for t in compared if not t.kind.startswith("preset:")]
-    preset_checks = [t for t in compared if t.kind.startswith("preset:")]
-    metamorphic = [t for t in trials if t.metamorphic]
-    if not compared and not errors and not broken and absent:
-        row.status = "not_implemented"
-        row.message = f"{record.function} raises NotImplementedError (or is declared unsupported) for every case"
-        row.not_implemented_cases = []
-        return row
 
-    candidates = _candidates(record, fixed, prefer)
-    explanation = _explain(semantic, candidates, strict_precision) if semantic else _Explanation({}, {}, (0, 0))
-    split = None if explanation is not None else _explain_by_question(record, semantic, candidates, strict_precision)
+@dataclass
+class _Semantics:
+    """What explains a row: one keyword set (`explanation`), one per value of a question keyword
+    (`split`), or nothing; the precision the cases are judged at (`precision`, empty under
+    --strict-precision for an unexplained row) and the precision they measurably meet (`measured`)."""
+
+    explanation: _Explanation | None
+    split: tuple[str, dict[str, _Explanation]] | None
+    variant_of: dict[int, dict[str, Any]]
+    precision: dict[str, str]
+    measured: dict[str, str]
+
+    @property
+    def explained(self) -> bool:
+        return self.explanation is not None or self.split is not None
+
+    def klass(self, t: _Trial) -> str:
+        """The tolerance class a trial is judged at: the row's precision for its dtype, never finer
+        than the dtype's own."""
+        return coarser(self.precision.get(t.dtype, t.dtype), t.dtype)
+
+
+def _semantics(record: QuantityInfo, semantic: list[_Trial], candidates: list[dict[str, Any]], strict: bool) -> _Semantics:
+    explanation = _explain(semantic, candidates, strict) if semantic else _Explanation({}, {}, (0, 0))
     if explanation is not None:
         variant_of = {id(t): explanation.variant for t in semantic}
-        precision = explanation.precision
-    elif split is not None:
+        return _Semantics(explanation, None, variant_of, explanation.precision, explanation.precision)
+    split = _explain_by_question(record, semantic, candidates, strict)
+    if split is not None:
         key, found = split
-        variant_of = {id(t): found[repr(t.adapter_kwargs.get(key))].variant for t in semantic}
-        precision = {}
+        precision: dict[str, str] = {}
         for e in found.values():
             for d, c in e.precision.items():
                 precision[d] = coarser(precision.get(d, "float64"), c)
-    else:  # no keyword set explains the row: the precision measured on the cases that do pass
-        variant_of = {id(t): {} for t in semantic}
-        passing = [t for t in semantic if t.outcome.precision != BELOW]
-        measured = _precision_by_dtype(passing, [t.outcome for t in passing])
-        precision = {} if strict_precision else measured  # strict: every case at its own dtype's class
-    if explanation is not None or split is not None:
-        measured = precision
-    row.precision = dict(sorted(measured.items(), key=lambda kv: RANK[kv[0]]))
-
-    def klass(t: _Trial) -> str:
-        return coarser(precision.get(t.dtype, t.dtype), t.dtype)
-
-    # canonical outcomes at the row's precision: the checks, the evidence of a failure
-    canonical = [(t, t.judged({}, klass(t))) for t in semantic]
-    judged = [(t, t.judged(variant_of[id(t)], klass(t))) for t in semantic]
-    explained = explanation is not None or split is not None
-    for t, o in canonical:
-        status = "pass" if klass(t) == BELOW and explained else o.status
-        row.checks[t.kind] = _worse(row.checks.get(t.kind, "pass"), status)
-    # evidence of a bug: what misses at the precision the adapter meets (never a rounding difference,
-    # even when --strict-precision judged the row at the input dtype's class)
-    evidence = [(t, o) for t, o in ((t, t.judged({}, coarser(measured.get(t.dtype, t.dtype), t.dtype))) for t in semantic)
-                if o.status == "fail" and o.tol_class != BELOW]
-    for t in metamorphic:
-        if on_trial is not None:
-            on_trial(t.describe())
-        t.outcome = t.run(record, adapter, ref=ref, tol_class=klass(t))
-        if t.outcome.status in ("ill_conditioned", "unsupported"):
-            continue
-        row.checks[t.kind] = _worse(row.checks.get(t.kind, "pass"), t.outcome.status)
-    broken_invariants = [t for t in metamorphic if t.outcome.status in ("fail", "error")]
-    evidence += [(t, t.outcome) for t in broken_invariants if t.outcome.status == "fail"]
-    preset_judged = [(t, t.judged({}, klass(t))) for t in preset_checks]
-    for t, o in preset_judged:
-        row.checks[t.kind] = _worse(row.checks.get(t.kind, "pass"), o.status)
-    evidence += [(t, o) for t, o in preset_judged if o.status == "fail"]
-    row.evidence = tuple(evidence)
-    everything = [o for _, o in judged] + [o for _, o in preset_judged] + [t.outcome for t in metamorphic]
-    row.n_cases = sum(o.status not in ("ill_conditioned", "unsupported", "not_implemented") for o in everything)
-    row.max_abs_err = max([row.max_abs_err] + [o.max_abs for o in everything])
-    rels = [o.max_rel for o in everything if o.max_rel == o.max_rel]
-    row.max_rel_err = max(rels) if rels else float("nan")
-
-    # what decides the status, most specific first: an exception, a broken calling contract, a
-    # broken invariant (no keyword set of the oracle can explain one), then the oracle comparisons
-    errors += [t.outcome for t in broken_invariants if t.outcome.status == "error"]
-    if errors:
-        return _finish("error", errors[0].report(), errors[0])
-    if broken:
-        return _finish("fail", broken[0].report(), broken[0])
-    if broken_invariants:
-        return _finish("fail", broken_invariants[0].outcome.report(), broken_invariants[0].outcome)
-    if not explained:
-        worst = max(((t, o) for t, o in canonical if o.status == "fail"), key=lambda to: to[1].max_abs)[1]
-        return _finish("fail", worst.report(), worst)
-    failing_presets = [o for _, o in preset_judged if o.status == "fail"]
-    if failing_presets:  # computes a variant of the quantity, but not a preset's keywords
-        return _finish("fail", failing_presets[0].report(), failing_presets[0])
-    row.precision_findings = _precision_findings(record, adapter, semantic, variant_of, precision, strict_precision)
-    if explanation is not None and explanation.variant:
-        names = _names_of(record, explanation.variant)
-        row.status = "preset" if names else "variant"
-        row.matched_preset = ", ".join(names) if names else None
-        row.matched_kwargs = dict(explanation.variant)
-        label = f"preset {row.matched_preset}" if names else "variant"
-        return _finish(row.status, f"matches {label} ({_fmt_kwargs(explanation.variant)}), not canonical", None)
-    if split is not None:
-        key, found = split
-        matched = {v: e for v, e in found.items() if e.variant}
-        names = sorted({n for e in matched.values() for n in _names_of(record, e.variant)})
-        row.matched_preset = ", ".join(names) if names else None
-        row.matched_kwargs = {f"{key}={value}": e.variant for value, e in matched.items()}
-        parts = [
-            f"{key}={value}: {('preset ' + ', '.join(_names_of(record, e.variant))) if _names_of(record, e.variant) else 'variant'} "
-            f"({_fmt_kwargs(e.variant)})"
-            for value, e in matched.items()
-        ]
-        return _finish("preset" if names else "variant",
-                       "matches " + "; ".join(parts) + f"; canonical for every other {key}", None)
-    return _finish("pass", "", None)
+        variant_of = {id(t): found[repr(t.adapter_kwargs.get(key))].variant for t in semantic}
+        return _Semantics(None, split, variant_of, precision, precision)
+    # nothing explains the row: the precision measured on the cases that do pass
+    passing = [t for t in semantic if t.outcome.precision != BELOW]
+    measured = _precision_by_dtype(passing, [t.outcome for t in passing])
+    return _Semantics(None, None, {id(t): {} for t in semantic}, {} if strict else measured, measured)
 
 
-class _Finisher:
-    """Sets a row's status, message and reproduce line (with the case-selection note)."""
+def _match(record: QuantityInfo, sem: _Semantics) -> tuple[str | None, dict[str, Any] | None, str]:
+    """(matched preset names, matched keywords, message) of an explained row; (None, None, "") for
+    a canonical one."""
+    if sem.explanation is not None:
+        variant = sem.explanation.variant
+        if not variant:
+            return None, None, ""
+        names = ", ".join(_names_of(record, variant)) or None
+        label = f"preset {names}" if names else "variant"
+        return names, dict(variant), f"matches {label} ({_fmt_kwargs(variant)}), not canonical"
+    assert sem.split is not None
+    key, found = sem.split
+    matched = {v: e for v, e in found.items() if e.variant}
+    names = ", ".join(sorted({n for e in matched.values() for n in _names_of(record, e.variant)})) or None
+    parts = []
+    for value, e in matched.items():
+        own = ", ".join(_names_of(record, e.variant))
+        parts.append(f"{key}={value}: {'preset ' + own if own else 'variant'} ({_fmt_kwargs(e.variant)})")
+    kwargs = {f"{key}={value}": e.variant for value, e in matched.items()}
+    return names, kwargs, "matches " + "; ".join(parts) + f"; canonical for every other {key}"
 
-    def __init__(self, row: RowResult, record: QuantityInfo, skipped: list[str]) -> None:
-        self.row, self.record, self.skipped = row, record, skipped
 
-    def __call__(self, status: str, message: str, shown: Outcome | None) -> RowResult:
-        row = self.row
-        row.status = status
-        tail = f"({len(self.skipped)} case(s) left out: {'; '.join(self.skipped[:3])})" if self.skipped else ""
-        row.message = "\n".join(x for x in (message, tail) if x)
-        if shown is not None:
-            row.reproduce = shown.repro()
-            if shown.mismatches:  # the JSON figures are the ones the message shows
-                row.max_abs_err = max(m.max_abs for m in shown.mismatches)
-                rels = [m.max_rel for m in shown.mismatches if m.max_rel == m.max_rel]
-                row.max_rel_err = max(rels) if rels else float("nan")
-        return row
+def _finish(row: RowResult, skipped: list[str], status: str, message: str, shown: Outcome | None) -> RowResult:
+    """Set the row's status, message (with the cases left out) and the reproduce line and error
+    figures of the outcome its message shows."""
+    row.status = status
+    tail = f"({len(skipped)} case(s) left out: {'; '.join(skipped[:3])})" if skipped else ""
+    row.message = "\n".join(x for x in (message, tail) if x)
+    if shown is not None:
+        row.reproduce = shown.repro()
+        if shown.mismatches:  # the JSON figures are the ones the message shows
+            row.max_abs_err = max(m.max_abs for m in shown.mismatches)
+            rels = [m.max_rel for m in shown.mismatches if m.max_rel == m.max_rel]
+            row.max_rel_err = max(rels) if rels else float("nan")
+    return row
 
 
 def _worse(a: str, b: str) -> str:
