@@ -463,6 +463,109 @@ def case_policy_loss(rng: np.random.Generator) -> Case:
     return Case("policy_loss", args, kwargs, grad_args=("logp",))
 
 
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1: off-policy corrections (api.md "Spec v1.1"). Bounds always contain the on-policy value
+# (ratio 1, log-ratio 0), so the on-policy invariant keeps every token with weight 1.
+# ---------------------------------------------------------------------------------------------
+
+
+def _mismatched(rng: np.random.Generator, logp: np.ndarray, scales: tuple[float, ...] = (0.05, 0.3, 1.0)) -> np.ndarray:
+    """Another engine's or an older policy's log-probs of the same tokens: a training-inference
+    mismatch or staleness large enough that bounds and caps are crossed in most batches."""
+    return logp + rng.normal(0.0, float(rng.choice(scales)), size=logp.shape)
+
+
+def _rollout_args(rng: np.random.Generator) -> dict[str, Any]:
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    old_logp = logprobs_like(rng, (B, T))
+    return {"old_logp": old_logp, "rollout_logp": _mismatched(rng, old_logp), "mask": mask}
+
+
+def _ratio_bounds(rng: np.random.Generator) -> tuple[float | None, float | None]:
+    return rng.choice([None, 0.5, 0.8]), rng.choice([None, 1.25, 2.0, 3.0, 5.0])
+
+
+def case_rollout_is_weights(rng: np.random.Generator) -> Case:
+    lo, hi = _ratio_bounds(rng)
+    return Case(
+        "rollout_is_weights",
+        _rollout_args(rng),
+        {
+            "level": str(rng.choice(["token", "sequence"])),
+            "seq_stat": str(rng.choice(["product", "geometric"])),
+            "mode": str(rng.choice(["truncate", "mask", "none"])),
+            "lo": lo,
+            "hi": hi,
+            "log_ratio_clamp": rng.choice([None, 20.0]),
+            "batch_normalize": bool(rng.random() < 0.25),
+        },
+    )
+
+
+def case_rollout_rejection_mask(rng: np.random.Generator) -> Case:
+    statistic = str(rng.choice(["ratio", "k1", "k2", "k3"]))
+    if statistic == "ratio":
+        lo, hi = _ratio_bounds(rng)
+    elif statistic == "k1":
+        lo, hi = rng.choice([None, -0.5, -0.1]), rng.choice([None, 0.1, 0.5])
+    else:  # k2, k3 >= 0
+        lo, hi = None, rng.choice([None, 0.01, 0.1, 1.0])
+    return Case(
+        "rollout_rejection_mask",
+        _rollout_args(rng),
+        {
+            "statistic": statistic,
+            "level": str(rng.choice(["token", "seq_sum", "seq_mean", "seq_max", "seq_all"])),
+            "lo": lo,
+            "hi": hi,
+            "kl_of": str(rng.choice(["rollout_old", "old_rollout"])),
+        },
+    )
+
+
+def case_decoupled_ppo_token_loss(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    logp = logprobs_like(rng, (B, T))
+    prox_logp = nearby(rng, logp)
+    eps_low = float(rng.choice([0.2, 0.1]))
+    return Case(
+        "decoupled_ppo_token_loss",
+        {"logp": logp, "prox_logp": prox_logp, "behav_logp": _mismatched(rng, prox_logp, (0.3, 1.0)),
+         "advantages": advantages_like(rng, B, T), "mask": mask},
+        {
+            "eps_low": eps_low,
+            "eps_high": float(rng.choice([eps_low, 0.28])),
+            "dual_clip": rng.choice([None, 3.0]),
+            "behav_cap": rng.choice([None, 2.0, 5.0]),
+            "behav_mode": str(rng.choice(["truncate", "mask"])),
+        },
+        grad_args=("logp",),
+    )
+
+
+def case_proximal_logp_interpolation(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    logp = logprobs_like(rng, (B, T))
+    version = int(rng.integers(1, 8))
+    if rng.random() < 0.5:  # one version per row
+        behav_version = rng.integers(0, version + 1, size=B).astype(np.int64)
+    else:  # per token (partial rollouts span versions); prompt and padding hold -1, as in AReaL
+        behav_version = np.where(mask, rng.integers(0, version + 1, size=(B, T)), -1).astype(np.int64)
+    return Case(
+        "proximal_logp_interpolation",
+        {"logp": logp, "behav_logp": nearby(rng, logp), "behav_version": behav_version, "mask": mask},
+        {"version": version, "method": str(rng.choice(["loglinear", "linear"]))},
+    )
+
+
+def case_off_policy_sequence_mask(rng: np.random.Generator) -> Case:
+    args = _policy_args(rng)
+    return Case("off_policy_sequence_mask", args, {"threshold": float(rng.choice([0.0, 0.01, 0.1, 1.0]))})
+
+
 GENERATORS: dict[str, Callable[[np.random.Generator], Case]] = {
     "token_logprobs": case_token_logprobs,
     "token_entropy": case_token_entropy,
@@ -483,6 +586,11 @@ GENERATORS: dict[str, Callable[[np.random.Generator], Case]] = {
     "aggregate": case_aggregate,
     "ppo_clipped_mask": case_ppo_clipped_mask,
     "policy_loss": case_policy_loss,
+    "rollout_is_weights": case_rollout_is_weights,
+    "rollout_rejection_mask": case_rollout_rejection_mask,
+    "decoupled_ppo_token_loss": case_decoupled_ppo_token_loss,
+    "proximal_logp_interpolation": case_proximal_logp_interpolation,
+    "off_policy_sequence_mask": case_off_policy_sequence_mask,
 }
 
 
@@ -544,9 +652,12 @@ def plant_masked(case: Case, seed: int) -> Case:
 
 
 def on_policy(case: Case) -> Case:
-    """The same case with old / reference log-probs equal to the current ones."""
+    """The same case with every other policy's log-probs equal to the current ones: old, reference,
+    proximal and behaviour log-probs := logp; without a current policy, the rollout engine's :=
+    the trainer's old log-probs (ratio 1: weight 1, nothing rejected)."""
     args = dict(case.args)
-    for name in ("old_logp", "ref_logp"):
-        if name in args:
-            args[name] = args["logp"].copy()
+    current = "logp" if "logp" in args else "old_logp"
+    for name in ("old_logp", "ref_logp", "prox_logp", "behav_logp", "rollout_logp"):
+        if name in args and name != current:
+            args[name] = args[current].copy()
     return Case(case.function, args, dict(case.kwargs), case.grad_args, case.seed, "on-policy", case.upstream_seed)

@@ -197,7 +197,7 @@ def _nan_note(name: str, actual: Any, expected: Any) -> str:
     return f"{name}: NaN at index {idx} where the spec's value is {float(e[idx])!r} ({int(bad.sum())} NaN in all)"
 
 
-def _output_dtype_problem(raw: Any, dtype: str) -> str | None:
+def _output_dtype_problem(raw: Any, dtype: str, output: str) -> str | None:
     """Torch adapters return float tensors no wider than the input dtype (api.md "Adapter
     protocol"): float32 is accepted for bfloat16 inputs (float32 accumulation returned without the
     final rounding, as TRL's fused head does); a narrower float (float32 for float64 inputs) is
@@ -207,10 +207,13 @@ def _output_dtype_problem(raw: Any, dtype: str) -> str | None:
     allowed = {torch.float64: {torch.float64, torch.float32, torch.bfloat16, torch.float16},
                torch.float32: {torch.float32, torch.bfloat16, torch.float16},
                torch.bfloat16: {torch.bfloat16, torch.float32}}[expected]
+    if output == "mask":  # a keep/reject decision: bool, whatever the input dtype
+        expected, allowed = torch.bool, {torch.bool}
     for i, item in enumerate(_as_tuple(raw)):
         if isinstance(item, torch.Tensor) and item.dtype not in allowed:
             which = "output" if not isinstance(raw, (tuple, list)) else f"output {i}"
-            return f"{which} dtype {item.dtype}, expected {expected} (the dtype of the {dtype} inputs) or a narrower float"
+            wanted = "torch.bool" if output == "mask" else f"{expected} (the dtype of the {dtype} inputs) or a narrower float"
+            return f"{which} dtype {item.dtype}, expected {wanted}"
     return None
 
 
@@ -354,7 +357,7 @@ def check_adapter(
     outcome.observed = outcome.values = actual
     if len(actual) != len(expected):
         return _broken(outcome, f"returned {len(actual)} outputs, the spec has {len(expected)}")
-    if adapter.array_api == "torch" and (problem := _output_dtype_problem(raw, dtype)) is not None:
+    if adapter.array_api == "torch" and (problem := _output_dtype_problem(raw, dtype, record.output)) is not None:
         return _broken(outcome, problem)
     if wants_grad:
         outcome.upstream = upstream

@@ -64,7 +64,7 @@ class QuantityInfo:
     question: tuple[str, ...] = ()
     variants: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     well_conditioned: Callable[[dict[str, Any], dict[str, Any]], bool] | None = None
-    output: str = "array"  # "array", "pair" (gae) or "scalar" (aggregate)
+    output: str = "array"  # "array", "pair" (gae), "scalar" (aggregate) or "mask" (bool [B, T])
     stop_grad_args: tuple[str, ...] = ()
 
     @property
@@ -193,6 +193,78 @@ def _value_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
         return True
     delta = (args["values"] - args["old_values"])[args["mask"]]
     return _far(delta, [-kw["clip"], kw["clip"]])
+
+
+def _log_ratio(args: dict[str, Any]) -> np.ndarray:
+    """δ = old_logp − rollout_logp with masked positions 0 (they are never read)."""
+    mask = args["mask"]
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(mask, args["old_logp"] - np.where(mask, args["rollout_logp"], 0.0), 0.0)
+
+
+def _row_stats(x: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sum, mean, max) of x over each row's valid positions, for the rows that have one."""
+    n = mask.sum(axis=1)
+    rows = n > 0
+    total = np.where(mask, x, 0.0).sum(axis=1)[rows]
+    top = np.where(mask, x, -np.inf).max(axis=1)[rows]
+    return total, total / n[rows], top
+
+
+def _is_weights_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    """Masked importance sampling keeps a weight only inside [lo, hi]: the statistic must not sit
+    on a bound (the decision flips with rounding)."""
+    if kw.get("mode", "truncate") != "mask":
+        return True
+    mask, d = args["mask"], _log_ratio(args)
+    if kw.get("level", "token") == "token":
+        s = d[mask]
+    else:
+        total, mean, _ = _row_stats(d, mask)
+        s = total if kw.get("seq_stat", "product") == "product" else mean
+    if kw.get("log_ratio_clamp") is not None:
+        s = np.clip(s, -kw["log_ratio_clamp"], kw["log_ratio_clamp"])
+    with np.errstate(over="ignore"):
+        return _far(np.exp(s), [b for b in (kw.get("lo"), kw.get("hi", 2.0)) if b is not None])
+
+
+def _rejection_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    """Every statistic the keep decision reads must be off its bounds."""
+    bounds = [b for b in (kw.get("lo"), kw.get("hi")) if b is not None]
+    if not bounds:
+        return True
+    mask, delta = args["mask"], _log_ratio(args)
+    d = -delta if kw.get("kl_of", "rollout_old") == "rollout_old" else delta
+    statistic = kw.get("statistic", "ratio")
+    with np.errstate(over="ignore"):
+        per_token = {"ratio": delta, "k1": d, "k2": d * d / 2, "k3": np.expm1(-d) + d}[statistic]
+    level = kw.get("level", "token")
+    if level in ("token", "seq_all"):
+        values = per_token[mask]
+    else:
+        total, mean, top = _row_stats(per_token, mask)
+        values = {"seq_sum": total, "seq_mean": mean, "seq_max": top}[level]
+    with np.errstate(over="ignore"):
+        values = np.exp(values) if statistic == "ratio" else values
+    return _far(values, bounds)
+
+
+def _decoupled_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    """PPO's kinks in r = π/π_prox, and the behaviour-weight cap in w = π_prox/π_behav."""
+    ratio_args = {"logp": args["logp"], "old_logp": args["prox_logp"], "mask": args["mask"]}
+    if not _ppo_conditioned(ratio_args, kw):
+        return False
+    if kw.get("behav_cap") is None:
+        return True
+    w = _ratio({"logp": args["prox_logp"], "old_logp": args["behav_logp"], "mask": args["mask"]})
+    return _far(w, [kw["behav_cap"]])
+
+
+def _opsm_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    """The mean log-ratio of each row must be off the threshold."""
+    mask = args["mask"]
+    d = np.where(mask, args["old_logp"] - np.where(mask, args["logp"], 0.0), 0.0)
+    return _far(_row_stats(d, mask)[1], [kw["threshold"]])
 
 
 REGISTRY: tuple[QuantityInfo, ...] = (
@@ -324,6 +396,47 @@ REGISTRY: tuple[QuantityInfo, ...] = (
         question=("eps_low", "eps_high", "dual_clip", "kl_coef", "kl_estimator", "mode", "norm_length"),
         output="scalar",
         well_conditioned=_ppo_conditioned,
+    ),
+    # spec v1.1: off-policy and asynchronous training (api.md "Spec v1.1")
+    QuantityInfo(
+        "rollout_is_weights",
+        "offpolicy.is_weights",
+        invariants=("mask", "on_policy"),
+        question=("level", "seq_stat", "mode", "lo", "hi", "batch_normalize"),
+        variants={"log_ratio_clamp": (None, 20.0)},
+        well_conditioned=_is_weights_conditioned,
+        stop_grad_args=("old_logp", "rollout_logp"),
+    ),
+    QuantityInfo(
+        "rollout_rejection_mask",
+        "offpolicy.rejection",
+        invariants=("mask", "on_policy"),
+        question=("statistic", "level", "lo", "hi"),
+        variants={"kl_of": ("rollout_old", "old_rollout")},
+        well_conditioned=_rejection_conditioned,
+        output="mask",
+    ),
+    QuantityInfo(
+        "decoupled_ppo_token_loss",
+        "offpolicy.decoupled_ppo",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy"),
+        question=("eps_low", "eps_high", "dual_clip", "behav_cap", "behav_mode"),
+        well_conditioned=_decoupled_conditioned,
+        stop_grad_args=("prox_logp", "behav_logp"),
+    ),
+    QuantityInfo(
+        "proximal_logp_interpolation",
+        "offpolicy.proximal",
+        question=("version", "method"),
+        stop_grad_args=("logp", "behav_logp"),
+    ),
+    QuantityInfo(
+        "off_policy_sequence_mask",
+        "offpolicy.opsm",
+        question=("threshold",),
+        well_conditioned=_opsm_conditioned,
+        output="mask",
     ),
 )
 

@@ -1,4 +1,4 @@
-"""rlspec oracle: the slow, literal NumPy float64 implementation of every quantity of spec v1.
+"""rlspec oracle: the slow, literal NumPy float64 implementation of every quantity of spec v1 (and v1.1).
 
 Each function reads like its paper (explicit loops over rows, tokens and group members, the
 symbols of the equations) and states its spec id, equation, source and edge cases in its docstring.
@@ -21,6 +21,14 @@ from oracle.gae import gae
 from oracle.kl import KL_ESTIMATORS, kl_penalty, kl_penalty_grad
 from oracle.logprobs import token_entropy, token_entropy_grad, token_logprobs, token_logprobs_grad
 from oracle.metrics import ppo_clipped_mask
+from oracle.offpolicy import (
+    decoupled_ppo_token_loss,
+    decoupled_ppo_token_loss_grad,
+    off_policy_sequence_mask,
+    proximal_logp_interpolation,
+    rollout_is_weights,
+    rollout_rejection_mask,
+)
 from oracle.policy_losses import (
     cispo_token_loss,
     cispo_token_loss_grad,
@@ -78,6 +86,13 @@ __all__ = [
     "policy_loss_grad",
     # metric.clip
     "ppo_clipped_mask",
+    # offpolicy.* (spec v1.1: off-policy and asynchronous training)
+    "rollout_is_weights",
+    "rollout_rejection_mask",
+    "decoupled_ppo_token_loss",
+    "decoupled_ppo_token_loss_grad",
+    "proximal_logp_interpolation",
+    "off_policy_sequence_mask",
 ]
 
 from oracle.presets import PRESETS  # noqa: E402  (framework presets: plain data, written separately)

@@ -24,6 +24,12 @@ Sources (facts from shared/reference/peer-conventions.md, spot-checked against t
 - open-instruct: allenai/open-instruct @ e6c3044.
 - rlhf-book: natolambert/rlhf-book @ a66b0bf, ``code/policy_gradients/``.
 
+Spec v1.1 functions (``rollout_is_weights``, ``rollout_rejection_mask``, ``decoupled_ppo_token_loss``,
+``proximal_logp_interpolation``, ``off_policy_sequence_mask``; api.md "Spec v1.1") were checked in the
+installed code: trl 1.16.0 (site-packages ``trl/...``), verl 0.9.1 and openrlhf 0.11.2 (the release
+wheels under ``~/.cache/rlspec/frameworks/``), areal 1.0.4 (the release wheel, unpacked); ``areal``
+names only spec v1.1 functions.
+
 Every value below is a plain Python literal; this module imports nothing beyond ``typing``.
 """
 
@@ -59,6 +65,12 @@ FUNCTIONS = (
     "cispo_token_loss",
     "value_token_loss",
     "aggregate",
+    # spec v1.1 (api.md, "Spec v1.1: off-policy and asynchronous training")
+    "rollout_is_weights",
+    "rollout_rejection_mask",
+    "decoupled_ppo_token_loss",
+    "proximal_logp_interpolation",
+    "off_policy_sequence_mask",
 )
 
 PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
@@ -84,6 +96,16 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # Canonical, so absent: ppo_token_loss (grpo_trainer.py:3083-3120: eps 0.2/0.2, no log-ratio
         # clamp, delta=None); whiten (ppo_trainer.py:237-270, :797 @ f2cd577: unbiased var,
         # rsqrt(var + 1e-8), shift_mean=True); rlhf_token_rewards (ppo_trainer.py:773-776: k1).
+        # --- spec v1.1 ---
+        # trl/trainer/grpo_config.py:934-961 (1.16.0): vllm_importance_sampling_mode="sequence_mask",
+        # clip_max 3.0, clip_min None; trl/trainer/grpo_trainer.py:2660-2707: delta = (old - sampling)
+        # * mask, summed per row for sequence_* (the product of ratios), exp, then masked_fill(ratio <
+        # min | ratio > max, 0): inclusive bounds. No log-ratio clamp, no batch normalisation. Applied
+        # only with use_vllm and vllm_importance_sampling_correction=True (grpo_config.py:925).
+        "rollout_is_weights": {"level": "sequence", "mode": "mask", "hi": 3.0},
+        # Canonical, so absent: off_policy_sequence_mask (grpo_trainer.py:2945-2968, :3068-3081:
+        # D = masked mean of sampling_logps - logps, keep A >= 0 or D <= off_policy_mask_threshold;
+        # the threshold has no default: None = off, grpo_config.py:963).
     },
     "verl": {
         # verl/trainer/ppo/core_algos.py:268-331 @ 1dda039: unbiased torch.std + 1e-6 (canonical); a
@@ -108,6 +130,21 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # Canonical, so absent: gae (core_algos.py:216-264, AlgoConfig gamma = lam = 1.0, masked
         # positions skipped); whiten (utils/torch_functional.py:329: unbiased, +1e-8);
         # rlhf_token_rewards (ray_trainer.py:78-117: k1, score at the last response token).
+        # --- spec v1.1 (verl 0.9.1 release wheel) ---
+        # verl/trainer/ppo/rollout_corr_helper.py:522-657: log_ratio = old - rollout (:849), clamped to
+        # +-SAFETY_BOUND = 20 (:75, :575 token, :585 sequence sum) before exp; a float threshold (default
+        # 2.0, :526) is TIS, clamp(max=upper) only (:596); "lo_hi" is IcePop, zero outside [lo, hi]
+        # (:599); rollout_is="token" is the function's default (:525; RolloutCorrectionConfig's dataclass
+        # default is "sequence", trainer/config/algorithm.py:179, and the YAML default null = off).
+        "rollout_is_weights": {"log_ratio_clamp": 20.0},
+        # verl decoupled mode = PPO against the recomputed old_log_prob times the IS weight of old vs
+        # rollout: core_algos.py:1284-1376 (dual clip clip_ratio_c = 3.0 always on for A < 0, :1324;
+        # pg_losses * rollout_is_weights, :1365) with the TIS weight min(rho, 2.0) above. The PPO
+        # log-ratio clamp +-20 (:1338) has no decoupled keyword: see NOT_EXPRESSIBLE.
+        "decoupled_ppo_token_loss": {"dual_clip": 3.0, "behav_cap": 2.0},
+        # Canonical, so absent: rollout_rejection_mask (rollout_corr_helper.py:197-414: k1 = -log_ratio
+        # = rollout - old, k2, k3 = exp(log_ratio) - 1 - log_ratio, i.e. kl_of="rollout_old"; bounds have
+        # no default, rollout_rs_threshold is required).
     },
     "openrlhf": {
         # openrlhf/trainer/ppo_utils/experience_maker.py:268-274 (0.11.2): group_norm is
@@ -131,6 +168,15 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         "value_token_loss": {"clip": 0.5},
         # Canonical, so absent: gae (experience_maker.py:343-387, CLI gamma = lam = 1);
         # rlhf_token_rewards estimator (k1). No CISPO in OpenRLHF.
+        # --- spec v1.1 (openrlhf 0.11.2) ---
+        # openrlhf/models/loss.py:126-131 and cli/train_ppo_ray.py:261-289: is_correction_mode "mask",
+        # gating "ratio", threshold [0.5, 5.0] (level "off" by default; "token" is the canonical level).
+        # loss.py:219-239: rho = exp(old - rollout); keep = (rho >= 0.5) & (rho <= 5.0); coef = where(keep,
+        # rho, 0). ("clip" mode: clamp(rho, 0.5, 5.0) = mode="truncate" with the same bounds.)
+        "rollout_is_weights": {"mode": "mask", "lo": 0.5, "hi": 5.0},
+        # loss.py:223-238: the same gate as a keep mask on the ratio (level "seq": level="seq_mean", the
+        # geometric mean of rho).
+        "rollout_rejection_mask": {"lo": 0.5, "hi": 5.0},
     },
     "open_instruct": {
         # open_instruct/data_loader.py:1472-1484 @ e6c3044: numpy std, biased (ddof=0), "standard" is
@@ -164,6 +210,26 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # Canonical, so absent: ppo_token_loss (loss.py:93-128, 279-353: 0.2/0.2, no clamp);
         # rloo_advantages (utils.py:205-208: K/(K-1)(r - mean) = leave-one-out). kl_penalty's default
         # kl3 (and kl1) are not Schulman's estimators: see NOT_EXPRESSIBLE.
+    },
+    "areal": {
+        # areal/utils/functional/functional.py:185-426 (apply_rejection_sampling) with the
+        # RejectionSamplingConfig defaults level="token", action="mask", metric="ratio", agg="mean",
+        # upper=5.0, lower=None (areal/api/cli_args.py:1316-1380). "kl_k1..3" call
+        # KLEstimator._compute_approx_kl(proximal, behave) (functional.py:242), i.e. d = proximal -
+        # behave (areal/utils/data.py:1620-1656: k1 = d, k2 = d^2/2, k3 = exp(-d) - 1 + d), which is
+        # kl_of="old_rollout" with old = proximal and rollout = behaviour.
+        "rollout_rejection_mask": {"kl_of": "old_rollout", "hi": 5.0},
+        # functional.py:231, :391-400, :420: w = exp(proximal - behave) zeroed where rejected (ratio, token,
+        # mask); action="clamp" is mode="truncate" with lo = lower.
+        "rollout_is_weights": {"mode": "mask", "hi": 5.0},
+        # functional.py:429-560 (ppo_actor_loss_fn): PPO against proximal_logprobs, times
+        # behave_imp_weight = the masked w above (:539); the denominator counts rejected tokens
+        # (:483), as aggregate(mode="token_mean") over the original mask does. Only when
+        # rejection_sampling is set: see NOT_EXPRESSIBLE.
+        "decoupled_ppo_token_loss": {"behav_cap": 5.0, "behav_mode": "mask"},
+        # Canonical, so absent: proximal_logp_interpolation (areal/trainer/ppo/actor.py:604-685:
+        # alpha = clamp((v - 1 - v_b)/(v - v_b), 0, 1), 0 where v - v_b <= 0; prox_logp_method
+        # "loglinear").
     },
 }
 
@@ -232,6 +298,22 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
             "loss_type='bnpo' is a mean of local micro-batch token means divided by GA "
             "(grpo_trainer.py:3153-3184); not one aggregate over the whole batch.",
         ),
+        "rollout_is_weights": (
+            "a NaN sampling log-prob (vLLM could not score the token) gives delta = 0, rho = 1 "
+            "(grpo_trainer.py:2665); the spec raises on NaN at a valid token.",
+        ),
+        "off_policy_sequence_mask": (
+            "a NaN sampling log-prob counts as 0 in the row's sum but the token still counts in n_b "
+            "(grpo_trainer.py:2961-2964); the spec raises on NaN at a valid token. OPSM reads "
+            "sampling_per_token_logps (the vLLM log-probs) when present, else old_per_token_logps "
+            "(:3073): pass those as old_logp.",
+        ),
+        "decoupled_ppo_token_loss": (
+            "PPO against old_per_token_logps times the vLLM IS weight (grpo_trainer.py:3146-3147) is "
+            "decoupled_ppo_token_loss(behav_cap=3.0) only for token_truncate (behav_mode='mask' for "
+            "token_mask); the default sequence_mask weight is one per row, and clip_min has no "
+            "decoupled keyword.",
+        ),
     },
     "verl": {
         "rloo_advantages": (
@@ -251,6 +333,21 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
         "whiten": (
             "masked_whiten raises on a mask sum of 0 or 1 (utils/torch_functional.py:329); the "
             "spec returns 0.",
+        ),
+        "rollout_rejection_mask": (
+            "every statistic is computed from log_ratio clamped to +-20 (rollout_corr_helper.py:262); "
+            "rollout_rejection_mask has no clamp keyword (differs only where some |delta| > 20).",
+            "k1 options compare k1 = rollout - old with [log lo, log hi] (:263, :316), i.e. they bound "
+            "pi_rollout/pi_old: rollout_rs='token_k1' with 'lo_hi' equals rollout_rejection_mask("
+            "statistic='k1', lo=log(lo), hi=log(hi)) = (statistic='ratio', lo=1/hi, hi=1/lo), not "
+            "IcePop's ratio bounds [lo, hi] unless lo*hi = 1 (a single value sets lo = 1/hi, :164).",
+            "masked_mean divides by n_b + 1e-8 (utils/torch_functional.py:308) for seq_mean_*: a "
+            "relative 1e-8/n_b below every tolerance.",
+        ),
+        "decoupled_ppo_token_loss": (
+            "the PPO log-ratio log_prob - old_log_prob is clamped to +-20 (core_algos.py:1338); "
+            "decoupled_ppo_token_loss has no log_ratio_clamp keyword.",
+            "rollout_is='sequence' weights (the product over the row) are not a per-token cap.",
         ),
     },
     "openrlhf": {
@@ -274,6 +371,18 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
         "gspo_token_loss": (
             "with is_correction_level != 'off' the ratio uses rollout log-probs instead of "
             "old_logp (models/loss.py:189-196); pass them as old_logp.",
+        ),
+        "rollout_is_weights": (
+            "is_correction_level='seq' keeps each surviving token's own rho (models/loss.py:239): "
+            "rollout_is_weights(mode='none') * rollout_rejection_mask(level='seq_mean', lo=0.5, "
+            "hi=5.0), not one sequence-level weight.",
+            "gating 'binary_kl' and 'tv' (loss.py:225-232) are divergences of the sampled-token "
+            "Bernoulli, not k1/k2/k3.",
+        ),
+        "decoupled_ppo_token_loss": (
+            "PPO x coef with coef = rho * [0.5 <= rho <= 5] (or clamp(rho, 0.5, 5)) has a lower bound "
+            "that behav_cap cannot express, and the PPO log-ratio is clamped to +-20 "
+            "(models/loss.py:187, :235-241).",
         ),
     },
     "open_instruct": {
@@ -317,8 +426,27 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
             "(loss.py:342-353, train.py:124).",
         ),
     },
+    "areal": {
+        "decoupled_ppo_token_loss": (
+            "with use_decoupled_loss=True and rejection_sampling=None (the default, "
+            "areal/api/cli_args.py:1549-1561) no behaviour weight multiplies the loss "
+            "(functional.py:535-539): plain PPO against the proximal policy, not w * PPO.",
+            "a lower bound on w (rejection_sampling.lower) has no decoupled keyword.",
+        ),
+        "rollout_rejection_mask": (
+            "a non-finite log-ratio is replaced by 0 (functional.py:233); the spec raises.",
+        ),
+        "rollout_is_weights": (
+            "level='sequence' with a KL metric and action='clamp' clamps each token's rho to the KL "
+            "bounds [lower, upper] in rejected rows (functional.py:380-390); at token level "
+            "action='clamp' clamps rho to [lower, upper] whatever the metric (:391-400).",
+        ),
+        "proximal_logp_interpolation": (
+            "'linear' adds 1e-10 inside the log (actor.py:676), and is computed for metrics only "
+            "(prox_logp_method is 'recompute', 'loglinear' or 'metrics').",
+        ),
+    },
 }
-
 
 def preset_kwargs(preset: str, function: str) -> dict:
     """Return a copy of the keyword values that ``preset`` uses for ``function``.

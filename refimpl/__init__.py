@@ -18,6 +18,13 @@ from refimpl.kl import kl_penalty
 from refimpl.logprobs import token_entropy, token_logprobs
 from refimpl.losses import cispo_token_loss, gspo_token_loss, pg_token_loss, ppo_token_loss, value_token_loss
 from refimpl.metrics import ppo_clipped_mask
+from refimpl.offpolicy import (
+    decoupled_ppo_token_loss,
+    off_policy_sequence_mask,
+    proximal_logp_interpolation,
+    rollout_is_weights,
+    rollout_rejection_mask,
+)
 from refimpl.rewards import rlhf_token_rewards
 from refimpl.distributed import StepCounts, micro_batch_loss, step_counts  # noqa: E402  (DP-exact aggregation)
 from refimpl.vocab_parallel import (  # noqa: E402  (tensor-parallel LM head)
@@ -57,6 +64,12 @@ __all__ = [
     "global_counts",
     "policy_loss",
     "ppo_clipped_mask",
+    # spec v1.1: off-policy and asynchronous training (refimpl.offpolicy)
+    "rollout_is_weights",
+    "rollout_rejection_mask",
+    "decoupled_ppo_token_loss",
+    "proximal_logp_interpolation",
+    "off_policy_sequence_mask",
     # multi-GPU / packing (refimpl.distributed, refimpl.vocab_parallel, refimpl.packed)
     "StepCounts",
     "step_counts",

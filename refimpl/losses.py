@@ -74,6 +74,17 @@ def _clipped_surrogate(ratio: torch.Tensor, A: torch.Tensor, eps_low: float, eps
     return torch.where(unclipped >= clipped, unclipped, clipped)
 
 
+def _ppo_surrogate(d: torch.Tensor, A: torch.Tensor, eps_low: float, eps_high: float, dual_clip: float | None) -> torch.Tensor:
+    """PPO's token loss of the (masked, clamped) log-ratio ``d``: the clipped surrogate of r = e^d, then
+    min(·, −c·A) for A < 0 with dual_clip c; ties to the unclipped branch, 0·inf := 0 (shared by
+    ``ppo_token_loss`` and ``refimpl.offpolicy.decoupled_ppo_token_loss``)."""
+    L = _clipped_surrogate(exp_zero_safe(d), A, eps_low, eps_high)
+    if dual_clip is not None:
+        cap = -dual_clip * A
+        L = torch.where((A < 0) & (L > cap), cap, L)
+    return L
+
+
 def pg_token_loss(logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Spec: loss.pg. L = −A·logp at valid tokens."""
     m, out_dtype, lp, _, A = _policy_inputs("pg_token_loss", logp, None, advantages, mask, with_old=False)
@@ -95,11 +106,7 @@ def ppo_token_loss(
     m, out_dtype, d, A, eps_low, eps_high, dual_clip = _ppo_inputs(
         "ppo_token_loss", logp, old_logp, advantages, mask, eps_low, eps_high, dual_clip, log_ratio_clamp
     )
-    L = _clipped_surrogate(exp_zero_safe(d), A, eps_low, eps_high)
-    if dual_clip is not None:
-        cap = -dual_clip * A
-        L = torch.where((A < 0) & (L > cap), cap, L)
-    return masked_output(L, m, out_dtype)
+    return masked_output(_ppo_surrogate(d, A, eps_low, eps_high, dual_clip), m, out_dtype)
 
 
 def gspo_token_loss(

@@ -58,6 +58,9 @@ class Mutant:
     signature: dict[str, tuple[str, ...]]
     replace: dict[str, Callable[..., Any]]
     doc: str = field(default="", compare=False)
+    # True for a bug that *is* a missing stop-gradient on an output the spec makes constant (the
+    # adapter then does not detach the replacement's outputs for it)
+    attaches_gradient: bool = False
 
     @property
     def functions(self) -> tuple[str, ...]:
@@ -108,7 +111,8 @@ def _cached_adapter(mutant: Mutant) -> types.SimpleNamespace:
     ns.mutant = mutant.name
     for function, impl in mutant.replace.items():
         record = BY_FUNCTION.get(function)
-        constant = record is not None and not record.grad_args and bool(record.stop_grad_args)
+        constant = (record is not None and not record.grad_args and bool(record.stop_grad_args)
+                    and not mutant.attaches_gradient)
         setattr(ns, function, _constant_outputs(impl) if constant else impl)
     return ns
 

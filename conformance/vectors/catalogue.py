@@ -1165,6 +1165,239 @@ add("policy_loss/empty-mask-row",
          kl_coef=0.1, mode="seq_mean_token_sum"))
 
 # ---------------------------------------------------------------------------------------------
+# Spec v1.1, off-policy corrections. The rollout log-probs are written as old_logp - delta, so the
+# log-ratio delta = log(pi_old / pi_rollout) of every token is written out.
+# ---------------------------------------------------------------------------------------------
+
+
+def _isw(delta, m, old=-2.0, **kw):
+    delta = f64(delta)
+    old_logp = np.full(delta.shape, old)
+    return lambda: build("rollout_is_weights", {"old_logp": old_logp, "rollout_logp": old_logp - delta, "mask": m}, kw)
+
+
+def _rej(delta, m, old=-2.0, **kw):
+    delta = f64(delta)
+    old_logp = np.full(delta.shape, old)
+    return lambda: build("rollout_rejection_mask", {"old_logp": old_logp, "rollout_logp": old_logp - delta, "mask": m},
+                         kw)
+
+
+D6 = [[0.0, 1.0, -1.0, 0.2, 2.0, -0.5]]  # rho = e, 1/e, 1.22, 7.39, 0.61 at the valid tokens
+D2x5 = [[0.0, 0.1, 0.2, -0.1, 0.4], [0.0, -0.3, 0.9, 0.0, 0.0]]  # row sums 0.6 and 0.6, means 0.15 and 0.2
+M2x5 = mask(".xxxx", ".xxx.")
+
+add("rollout_is_weights/on-policy",
+    "rollout log-probs equal to the trainer's: every weight is exactly 1",
+    _isw([[0.0] * 6], M6), expect=where(M6, 1.0))
+add("rollout_is_weights/token-truncate",
+    "TIS: token weights e^delta capped at hi = 2 (no lower bound)",
+    _isw(D6, M6), expect=where(M6, [[0.0, 2.0, np.exp(-1.0), np.exp(0.2), 2.0, np.exp(-0.5)]]))
+add("rollout_is_weights/token-truncate-both-bounds",
+    "truncation to [0.5, 2]: e^-1 = 0.37 is raised to 0.5",
+    _isw(D6, M6, lo=0.5), expect=where(M6, [[0.0, 2.0, 0.5, np.exp(0.2), 2.0, np.exp(-0.5)]]))
+add("rollout_is_weights/token-mask-icepop",
+    "IcePop / masked IS: weights outside [0.5, 2] are 0, the others kept as they are",
+    _isw(D6, M6, mode="mask", lo=0.5), expect=where(M6, [[0.0, 0.0, 0.0, np.exp(0.2), 0.0, np.exp(-0.5)]]))
+add("rollout_is_weights/token-none",
+    "mode none: the raw ratio e^delta",
+    _isw(D6, M6, mode="none"), expect=where(M6, np.exp(f64(D6))))
+add("rollout_is_weights/sequence-product",
+    "sequence level, product: every valid token of a row carries e^(sum of its deltas) = e^0.6 (mode none)",
+    _isw(D2x5, M2x5, level="sequence", mode="none"),
+    expect=where(M2x5, [[np.exp(0.6)], [np.exp(0.6)]]))
+add("rollout_is_weights/sequence-geometric",
+    "sequence level, geometric mean: e^(mean delta) = e^0.15 and e^0.2 (rows of 4 and 3 valid tokens)",
+    _isw(D2x5, M2x5, level="sequence", seq_stat="geometric", mode="none"),
+    expect=where(M2x5, [[np.exp(0.15)], [np.exp(0.2)]]))
+add("rollout_is_weights/overflow-truncated-and-masked",
+    "delta = 800 overflows e^delta to inf: masking to [None, 2] gives 0, never NaN",
+    _isw([[0.0, 800.0, 0.1, 0.0], [0.0, 800.0, 0.1, 0.0]], mask(".xxx", ".xxx"), mode="mask", hi=2.0),
+    expect=where(mask(".xxx", ".xxx"), [[0.0, 0.0, np.exp(0.1), 1.0]] * 2))
+add("rollout_is_weights/log-ratio-clamp",
+    "log_ratio_clamp 20 (verl's safety bound): delta = 800 gives e^20, delta = -30 gives e^-20",
+    _isw([[0.0, 800.0, -30.0, 0.5]], mask(".xxx"), mode="none", log_ratio_clamp=20.0),
+    expect=where(mask(".xxx"), [[0.0, np.exp(20.0), np.exp(-20.0), np.exp(0.5)]]))
+add("rollout_is_weights/batch-normalize-token",
+    "verl's batch normalisation, token level: the weights divided by their mean over valid tokens",
+    _isw([[0.0, np.log(2.0), 0.0, 0.0], [0.0, np.log(0.5), np.log(1.5), 0.0]], mask(".xxx", ".xx."), mode="none",
+         batch_normalize=True),
+    expect=where(mask(".xxx", ".xx."), [[0.0, 2.0, 1.0, 1.0], [0.0, 0.5, 1.5, 0.0]]) / 1.2)
+add("rollout_is_weights/batch-normalize-sequence",
+    "sequence level: the mean is over rows (one weight per row with a valid token), not over tokens",
+    _isw([[0.0, np.log(3.0), 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0] * 4], mask(".xxx", ".x..", "...."),
+         level="sequence", mode="none", batch_normalize=True),
+    expect=where(mask(".xxx", ".x..", "...."), [[3.0], [1.0], [0.0]]) / 2.0)
+add("rollout_is_weights/empty-mask-row",
+    "a row with no valid token is all 0",
+    _isw([[0.0, 0.3, -0.2, 0.1]] * 2, mask(".xxx", "...."), level="sequence"),
+    expect=where(mask(".xxx", "...."), [[np.exp(0.2)], [0.0]]))
+add("rollout_is_weights/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 in either log-prob at masked positions change nothing",
+    lambda: build("rollout_is_weights", {
+        "old_logp": f64([[nan, -1.0, inf, -1.5, 1e30]]),
+        "rollout_logp": f64([[-inf, -1.2, nan, -1.0, -2.0]]),
+        "mask": mask(".x.x."),
+    }, {"level": "sequence", "seq_stat": "geometric", "mode": "none"}),
+    expect=where(mask(".x.x."), np.exp((0.2 - 0.5) / 2)))
+
+add("rollout_rejection_mask/on-policy",
+    "rollout log-probs equal to the trainer's: nothing is rejected (every bound contains ratio 1 / KL 0)",
+    _rej([[0.0] * 6], M6, lo=0.5, hi=2.0), expect=M6)
+add("rollout_rejection_mask/token-ratio",
+    "token ratio bounds [0.5, 2]: e and e^2 and 1/e rejected",
+    _rej(D6, M6, lo=0.5, hi=2.0), expect=mask(".....x") | mask("...x.."))
+add("rollout_rejection_mask/token-ratio-asymmetric-vs-k1",
+    "asymmetric ratio bounds [0.8, 1.5] keep rho in [0.8, 1.5]: delta 0.3 (1.35) kept, -0.3 (0.74) rejected",
+    _rej([[0.0, 0.3, -0.3, 0.0]], mask(".xxx"), lo=0.8, hi=1.5), expect=mask(".x.x"))
+add("rollout_rejection_mask/token-k1-bounds",
+    "k1 = log(pi_rollout / pi_old) = -delta in [-0.5, 0.1]: delta 0.3 kept (-0.3), delta -0.3 rejected (0.3)",
+    _rej([[0.0, 0.3, -0.3, 0.0, 0.6]], mask(".xxxx"), statistic="k1", lo=-0.5, hi=0.1), expect=mask(".x.x."))
+add("rollout_rejection_mask/token-k1-other-direction",
+    "kl_of = old_rollout (AReaL): k1 = delta in [-0.5, 0.1]: delta -0.3 kept, 0.3 rejected",
+    _rej([[0.0, 0.3, -0.3, 0.0, 0.6]], mask(".xxxx"), statistic="k1", lo=-0.5, hi=0.1, kl_of="old_rollout"),
+    expect=mask("..xx."))
+add("rollout_rejection_mask/token-k3",
+    "k3 of d = -delta: e^delta - 1 - delta <= 0.1 keeps |delta| small (0.3: 0.05 kept, 0.6: 0.22 rejected)",
+    _rej([[0.0, 0.3, -0.3, 0.0, 0.6]], mask(".xxxx"), statistic="k3", hi=0.1), expect=mask(".xxx."))
+add("rollout_rejection_mask/seq-sum-k2",
+    "sequence sum of k2 = delta^2/2: row 1 sums 0.045 + 0.045 = 0.09 <= 0.1 (kept), row 2 0.32 (rejected)",
+    _rej([[0.0, 0.3, -0.3, 0.0], [0.0, 0.8, 0.0, 0.0]], mask(".xxx", ".xxx"), statistic="k2", level="seq_sum", hi=0.1),
+    expect=mask(".xxx", "...."))
+add("rollout_rejection_mask/seq-mean-ratio-is-geometric",
+    "sequence mean of the ratio is the geometric mean e^(mean delta): rows e^0.15 and e^0.2, bounds [0.5, 1.2]",
+    _rej(D2x5, M2x5, level="seq_mean", lo=0.5, hi=1.2), expect=mask(".xxxx", "....."))
+add("rollout_rejection_mask/seq-max-k3",
+    "sequence max of k3: one token with k3 = 0.22 > 0.1 rejects its row",
+    _rej([[0.0, 0.3, -0.3, 0.0, 0.6], [0.0, 0.3, -0.3, 0.0, 0.1]], mask(".xxxx", ".xxxx"), statistic="k3",
+         level="seq_max", hi=0.1), expect=mask(".....", ".xxxx"))
+add("rollout_rejection_mask/seq-all-outlier-token",
+    "seq_all: one token outside [0.5, 2] (rho = e^2) rejects its whole sequence; per-token it would reject only itself",
+    _rej([[0.0, 0.1, 2.0, -0.1], [0.0, 0.1, 0.2, -0.1]], mask(".xxx", ".xxx"), lo=0.5, hi=2.0, level="seq_all"),
+    expect=mask("....", ".xxx"))
+add("rollout_rejection_mask/empty-mask-row",
+    "a row with no valid token keeps nothing",
+    _rej([[0.0, 0.1, 0.2, 0.0]] * 2, mask(".xxx", "...."), level="seq_sum", hi=2.0), expect=mask(".xxx", "...."))
+add("rollout_rejection_mask/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions are never read",
+    lambda: build("rollout_rejection_mask", {
+        "old_logp": f64([[nan, -1.0, inf, -1.5, 1e30]]),
+        "rollout_logp": f64([[-inf, -1.2, nan, -1.0, -2.0]]),
+        "mask": mask(".x.x."),
+    }, {"level": "seq_all", "lo": 0.5, "hi": 2.0}), expect=mask(".x.x."))
+
+
+def _dec(d, w_log, adv, m, old=-4.0, **kw):
+    """logp = prox + d (the PPO log-ratio), behav = prox - w_log (the behaviour weight e^w_log)."""
+    d, w_log = f64(d), f64(w_log)
+    prox = np.full(d.shape, old)
+    return lambda: build("decoupled_ppo_token_loss", {"logp": prox + d, "prox_logp": prox, "behav_logp": prox - w_log,
+                                                      "advantages": f64(adv), "mask": m}, kw)
+
+
+add("decoupled_ppo_token_loss/on-policy",
+    "logp = prox = behav: ratio 1, weight 1, loss -A",
+    _dec([[0.0] * 6], [[0.0] * 6], [1.5], M6), expect=where(M6, -1.5), grad_factor=where(M6, -1.5))
+add("decoupled_ppo_token_loss/weight-scales-ppo",
+    "behaviour weight e^0.5 multiplies the PPO loss and its gradient; the ratio is against the proximal policy",
+    _dec([[0.0, 0.1, -0.1, 0.15, 0.5, 0.0]], [[0.0, 0.5, 0.5, 0.5, 0.5, 0.5]], [1.0], M6),
+    expect=where(M6, -np.exp(0.5) * np.minimum(np.exp(f64([[0.0, 0.1, -0.1, 0.15, 0.5, 0.0]])), 1.2)),
+    grad_factor=where(M6, -np.exp(0.5) * np.where(f64([[0.0, 0.1, -0.1, 0.15, 0.5, 0.0]]) > np.log(1.2), 0.0,
+                                                  np.exp(f64([[0.0, 0.1, -0.1, 0.15, 0.5, 0.0]])))))
+add("decoupled_ppo_token_loss/cap-truncate",
+    "behav_cap 2, truncate: weights e^1 and e^2 become 2",
+    _dec([[0.0] * 4], [[0.0, 1.0, 2.0, 0.3]], [-1.0], mask(".xxx"), behav_cap=2.0),
+    expect=where(mask(".xxx"), [[0.0, 2.0, 2.0, np.exp(0.3)]]))
+add("decoupled_ppo_token_loss/cap-mask",
+    "behav_cap 2, mask (AReaL's rejection): weights above 2 drop the token's loss and gradient",
+    _dec([[0.0] * 4], [[0.0, 1.0, 2.0, 0.3]], [-1.0], mask(".xxx"), behav_cap=2.0, behav_mode="mask"),
+    expect=where(mask(".xxx"), [[0.0, 0.0, 0.0, np.exp(0.3)]]), grad_factor=where(mask(".xxx"), [[0.0, 0.0, 0.0, np.exp(0.3)]]))
+add("decoupled_ppo_token_loss/clipped-branch",
+    "A > 0 and r = e^0.5 > 1.2: the clipped branch, loss -w * A * 1.2, zero gradient",
+    _dec([[0.0, 0.5, 0.5]], [[0.0, 0.2, -0.2]], [1.0], mask(".xx"),
+         ), expect=where(mask(".xx"), [[0.0, -1.2 * np.exp(0.2), -1.2 * np.exp(-0.2)]]), grad_factor=np.zeros((1, 3)))
+add("decoupled_ppo_token_loss/zero-weight-overflowing-ratio",
+    "a masked-out weight (cap, mask mode) times an overflowing ratio is 0, never NaN",
+    _dec([[0.0, 800.0, 0.1]], [[0.0, 3.0, 0.0]], [-1.0], mask(".xx"), old=-801.0, behav_cap=2.0, behav_mode="mask"),
+    expect=where(mask(".xx"), [[0.0, 0.0, np.exp(0.1)]]))
+add("decoupled_ppo_token_loss/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 in any input at masked positions change nothing",
+    lambda: build("decoupled_ppo_token_loss", {
+        "logp": f64([[nan, -1.0, inf, -1.5]]),
+        "prox_logp": f64([[1e30, -1.1, nan, -1.5]]),
+        "behav_logp": f64([[-inf, -1.3, -inf, -1.4]]),
+        "advantages": f64([[nan, 1.0, 1e30, -1.0]]),
+        "mask": mask(".x.x"),
+    }, {}))
+
+
+def _prox(lp, blp, versions, m, version, **kw):
+    return lambda: build("proximal_logp_interpolation", {"logp": f64(lp), "behav_logp": f64(blp),
+                                                        "behav_version": np.asarray(versions, dtype=np.int64),
+                                                        "mask": m}, {"version": version, **kw})
+
+
+add("proximal_logp_interpolation/one-version-behind",
+    "v_b = version - 1: alpha = 0, the proximal policy is the behaviour policy",
+    _prox([[0.0, -1.0, -2.0]], [[0.0, -1.5, -1.0]], [4], mask(".xx"), 5), expect=where(mask(".xx"), [[0.0, -1.5, -1.0]]))
+add("proximal_logp_interpolation/three-versions-behind",
+    "v_b = version - 3: alpha = 2/3, log pi_prox = log pi_b + 2/3 (log pi - log pi_b)",
+    _prox([[0.0, -1.0, -2.0]], [[0.0, -1.6, -0.5]], [2], mask(".xx"), 5),
+    expect=where(mask(".xx"), [[0.0, -1.6 + 2 / 3 * 0.6, -0.5 + 2 / 3 * -1.5]]))
+add("proximal_logp_interpolation/current-version",
+    "v_b = version (a sample from the current policy): alpha = 0 by the spec's guard",
+    _prox([[0.0, -1.0, -2.0]], [[0.0, -1.5, -1.0]], [5], mask(".xx"), 5), expect=where(mask(".xx"), [[0.0, -1.5, -1.0]]))
+add("proximal_logp_interpolation/per-token-versions",
+    "a partial rollout spans versions 1..4 at version 5: alpha = 3/4, 2/3, 1/2, 0 token by token; prompt tokens hold -1",
+    _prox([[0.0, -1.0, -1.0, -1.0, -1.0]], [[0.0, -3.0, -3.0, -3.0, -3.0]], [[-1, 1, 2, 3, 4]], mask(".xxxx"), 5),
+    expect=where(mask(".xxxx"), [[0.0, -3.0 + 1.5, -3.0 + 4 / 3, -3.0 + 1.0, -3.0]]))
+add("proximal_logp_interpolation/linear",
+    "method linear: log((1 - alpha) p_b + alpha p) with alpha = 1/2",
+    _prox([[0.0, np.log(0.4)]], [[0.0, np.log(0.2)]], [3], mask(".x"), 5, method="linear"),
+    expect=where(mask(".x"), [[0.0, np.log(0.3)]]))
+add("proximal_logp_interpolation/empty-mask-row",
+    "a row with no valid token is all 0",
+    _prox([[0.0, -1.0, -2.0]] * 2, [[0.0, -1.5, -1.0]] * 2, [3, 3], mask(".xx", "..."), 5),
+    expect=where(mask(".xx", "..."), [[0.0, -1.5 + 0.5 * 0.5, -1.0 + 0.5 * -1.0]]))
+
+
+def _opsm(d, adv, m, old=-2.0, **kw):
+    """logp = old - d, so the row divergence D_b is the mean of d over the valid tokens."""
+    d = f64(d)
+    old_logp = np.full(d.shape, old)
+    return lambda: build("off_policy_sequence_mask", {"logp": old_logp - d, "old_logp": old_logp,
+                                                     "advantages": f64(adv), "mask": m}, kw)
+
+
+add("off_policy_sequence_mask/positive-advantage-kept",
+    "A >= 0 keeps the sequence whatever its divergence (D = 1 > threshold 0.1)",
+    _opsm([[0.0, 1.0, 1.0, 1.0]], [0.5], mask(".xxx"), threshold=0.1), expect=mask(".xxx"))
+add("off_policy_sequence_mask/negative-advantage-dropped",
+    "A < 0 and D = 1 > 0.1: the sequence is dropped; D = 0.05 <= 0.1 keeps the other",
+    _opsm([[0.0, 1.0, 1.0, 1.0], [0.0, 0.1, 0.0, 0.05]], [-0.5, -0.5], mask(".xxx", ".xxx"), threshold=0.1),
+    expect=mask("....", ".xxx"))
+add("off_policy_sequence_mask/zero-advantage-kept",
+    "A = 0 counts as non-negative: kept",
+    _opsm([[0.0, 2.0, 2.0]], [0.0], mask(".xx"), threshold=0.0), expect=mask(".xx"))
+add("off_policy_sequence_mask/negative-divergence",
+    "D < 0 (the current policy gives the tokens more mass) is below any threshold >= 0: kept",
+    _opsm([[0.0, -1.0, -0.5]], [-1.0], mask(".xx"), threshold=0.0), expect=mask(".xx"))
+add("off_policy_sequence_mask/token-advantages",
+    "[B, T] advantages: each token is kept when its own advantage is >= 0 or its row's D is low",
+    _opsm([[0.0, 1.0, 1.0, 1.0]], [[0.0, 1.0, -1.0, 0.0]], mask(".xxx"), threshold=0.1), expect=mask(".x.x"))
+add("off_policy_sequence_mask/empty-mask-row",
+    "a row with no valid token keeps nothing",
+    _opsm([[0.0, 1.0, 0.0]] * 2, [-1.0, -1.0], mask(".x.", "..."), threshold=2.0), expect=mask(".x.", "..."))
+add("off_policy_sequence_mask/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions are never read",
+    lambda: build("off_policy_sequence_mask", {
+        "logp": f64([[nan, -1.0, inf, -1.5]]),
+        "old_logp": f64([[1e30, -1.05, nan, -1.5]]),
+        "advantages": f64([[nan, -1.0, 1e30, -1.0]]),
+        "mask": mask(".x.x"),
+    }, {"threshold": 0.1}), expect=mask(".x.x"))
+
+# ---------------------------------------------------------------------------------------------
 # Presets: each preset of oracle.presets.PRESETS that names the function, on inputs that show
 # the preset's deviation from canonical.
 # ---------------------------------------------------------------------------------------------
@@ -1194,6 +1427,17 @@ PRESET_INPUTS: dict[str, Callable[..., Callable[[], cases.Case]]] = {
         [[0.0, 1.0, -1.0, 0.1, 0.7, 2.0]], [[0.0, 0.0, 0.0, 0.0, 0.35, 1.0]],
         [[0.0, 1.5, 0.5, 0.5, -1.0, 3.0]], M6, **kw),
     "gae": lambda preset, **kw: _gae([REW6], [VAL6], mask("..xx.x"), **kw),
+    # delta = -25 (beyond verl's +-20 clamp), rho = e^2 > 5 and e^-1 < 0.5 (OpenRLHF's [0.5, 5] gate),
+    # a row whose ratio product e^1.6 = 4.95 exceeds TRL's sequence bound 3, one that stays inside.
+    "rollout_is_weights": lambda preset, **kw: _isw(
+        [[0.0, -25.0, 0.3, -1.0, 2.0], [0.0, 0.5, 0.6, 0.4, 0.1], [0.0, 0.2, 0.1, -0.1, 0.3]],
+        mask(".xxxx", ".xxxx", ".xxxx"), **kw),
+    "rollout_rejection_mask": lambda preset, **kw: _rej(
+        [[0.0, 2.0, 0.3, -1.0, 0.0], [0.0, 0.5, -0.2, 0.1, 1.7]], mask(".xxxx", ".xxxx"), **kw),
+    # A < 0 with a PPO ratio e^1.5 = 4.5 > 3 (verl's dual clip) and behaviour weights e^1 = 2.7 and
+    # e^2 = 7.4 (above verl's cap 2; the second also above AReaL's rejection bound 5).
+    "decoupled_ppo_token_loss": lambda preset, **kw: _dec(
+        [[0.0, 1.5, 0.1, -0.3, 1.2]], [[0.0, 1.0, 2.0, 0.5, 0.2]], [-1.0], mask(".xxxx"), **kw),
 }
 
 for _record in REGISTRY:
@@ -1232,6 +1476,11 @@ RANDOM_SEEDS: dict[str, tuple[int, ...]] = {
     "aggregate": (1, 2, 5),
     "ppo_clipped_mask": (1, 2, 3),
     "policy_loss": (1, 2, 3),
+    "rollout_is_weights": (1, 2, 3),
+    "rollout_rejection_mask": (1, 2, 3),
+    "decoupled_ppo_token_loss": (1, 2, 3),
+    "proximal_logp_interpolation": (1, 2, 3),
+    "off_policy_sequence_mask": (1, 2, 3),
 }
 
 

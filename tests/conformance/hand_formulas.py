@@ -309,6 +309,104 @@ def policy_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float, ...]:
     return (_policy(a, kw)[0],)
 
 
+# spec v1.1 (api.md "Spec v1.1"): delta = old_logp - rollout_logp
+
+
+def _row_sum(m: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return _clean(m, x).sum(axis=1, keepdims=True)
+
+
+def _in_bounds(x: np.ndarray, lo: Any, hi: Any) -> np.ndarray:
+    keep = np.ones(x.shape, dtype=bool)
+    if lo is not None:
+        keep &= x >= lo
+    if hi is not None:
+        keep &= x <= hi
+    return keep
+
+
+def rollout_is_weights(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    delta = _clean(m, a["old_logp"]) - _clean(m, a["rollout_logp"])
+    n = m.sum(axis=1, keepdims=True)
+    if kw.get("level", "token") == "token":
+        s = delta
+    else:
+        total = _row_sum(m, delta)
+        s = np.broadcast_to(total if kw.get("seq_stat", "product") == "product" else total / np.maximum(n, 1), m.shape)
+    c = kw.get("log_ratio_clamp")
+    rho = _exp(s if c is None else np.clip(s, -c, c))
+    lo, hi, mode = kw.get("lo"), kw.get("hi", 2.0), kw.get("mode", "truncate")
+    if mode == "truncate":
+        w = np.minimum(np.maximum(rho, -np.inf if lo is None else lo), np.inf if hi is None else hi)
+    elif mode == "mask":
+        w = np.where(_in_bounds(rho, lo, hi), rho, 0.0)
+    else:
+        w = rho
+    w = _zero_masked(m, w)
+    if kw.get("batch_normalize", False):
+        rows = n[:, 0] > 0
+        mean = w.sum() / max(m.sum(), 1) if kw.get("level", "token") == "token" else w.max(axis=1)[rows].sum() / max(rows.sum(), 1)
+        w = w / mean if mean > 1e-8 else w
+    return (w,)
+
+
+def rollout_rejection_mask(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    delta = _clean(m, a["old_logp"]) - _clean(m, a["rollout_logp"])
+    d = -delta if kw.get("kl_of", "rollout_old") == "rollout_old" else delta
+    statistic, level = kw.get("statistic", "ratio"), kw.get("level", "token")
+    per_token = {"ratio": delta, "k1": d, "k2": d * d / 2, "k3": _exp(-d) - 1 + d}[statistic]
+    n = m.sum(axis=1, keepdims=True)
+    if level in ("token", "seq_all"):
+        stat = per_token
+    elif level == "seq_max":
+        stat = np.broadcast_to(np.where(m, per_token, -np.inf).max(axis=1, keepdims=True), m.shape)
+    else:
+        total = _row_sum(m, per_token)
+        stat = np.broadcast_to(total if level == "seq_sum" else total / np.maximum(n, 1), m.shape)
+    if statistic == "ratio":
+        stat = _exp(stat)
+    keep = _in_bounds(stat, kw.get("lo"), kw.get("hi")) & m
+    if level == "seq_all":
+        keep = np.broadcast_to((keep | ~m).all(axis=1, keepdims=True), m.shape) & m
+    return (keep,)
+
+
+def _decoupled(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    m = a["mask"]
+    w = _exp(_clean(m, a["prox_logp"]) - _clean(m, a["behav_logp"]))
+    cap = kw.get("behav_cap")
+    if cap is not None:
+        w = np.minimum(w, cap) if kw.get("behav_mode", "truncate") == "truncate" else np.where(w <= cap, w, 0.0)
+    loss, grad = _ppo({**a, "old_logp": a["prox_logp"]}, kw)
+    return _zero_masked(m, _times_neg_A(-w, loss)), _zero_masked(m, _times_neg_A(-w, grad))
+
+
+def decoupled_ppo_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    return (_decoupled(a, kw)[0],)
+
+
+def proximal_logp_interpolation(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m, v = a["mask"], kw["version"]
+    vb = a["behav_version"]
+    vb = np.broadcast_to(vb[:, None], m.shape) if vb.ndim == 1 else vb
+    gap = v - vb.astype(np.float64)
+    alpha = np.clip(np.where(gap > 0, (gap - 1) / np.where(gap > 0, gap, 1.0), 0.0), 0.0, 1.0)
+    lp, blp = _clean(m, a["logp"]), _clean(m, a["behav_logp"])
+    if kw.get("method", "loglinear") == "loglinear":
+        out = blp + alpha * (lp - blp)
+    else:
+        out = np.log((1 - alpha) * np.exp(blp) + alpha * np.exp(lp))
+    return (_zero_masked(m, out),)
+
+
+def off_policy_sequence_mask(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    D = _row_sum(m, _clean(m, a["old_logp"]) - _clean(m, a["logp"])) / np.maximum(m.sum(axis=1, keepdims=True), 1)
+    return ((_adv(a) >= 0) | (D <= kw["threshold"])) & m,
+
+
 HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "token_logprobs": token_logprobs,
     "token_entropy": token_entropy,
@@ -329,6 +427,11 @@ HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "aggregate": aggregate,
     "ppo_clipped_mask": ppo_clipped_mask,
     "policy_loss": policy_loss,
+    "rollout_is_weights": rollout_is_weights,
+    "rollout_rejection_mask": rollout_rejection_mask,
+    "decoupled_ppo_token_loss": decoupled_ppo_token_loss,
+    "proximal_logp_interpolation": proximal_logp_interpolation,
+    "off_policy_sequence_mask": off_policy_sequence_mask,
 }
 
 
@@ -386,4 +489,5 @@ HAND_GRAD: dict[str, Callable[[dict[str, Any], dict[str, Any], Any], tuple[Any, 
     "value_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _value(a, kw)[1],),
     "aggregate": lambda a, kw, u: (u * _agg_weights(a, kw),),
     "policy_loss": lambda a, kw, u: (u * _policy(a, kw)[1],),
+    "decoupled_ppo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _decoupled(a, kw)[1],),
 }

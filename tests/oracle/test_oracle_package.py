@@ -70,7 +70,7 @@ def test_every_public_function_has_a_spec_docstring():
 
 
 def test_presets_exported():
-    assert set(oracle.PRESETS) == {"trl", "verl", "openrlhf", "open_instruct", "rlhf_book"}
+    assert set(oracle.PRESETS) == {"trl", "verl", "openrlhf", "open_instruct", "rlhf_book", "areal"}
 
 
 def test_oracle_imports_numpy_only():

@@ -115,7 +115,40 @@ def cases(dtype: torch.dtype) -> dict[str, Case]:
     for mode in AGGREGATION_MODES:
         out[f"aggregate-{mode}"] = Case(refimpl.aggregate, {"token_loss": token(dtype, 10), "mask": MASK},
                                         {"mode": mode, "norm_length": 7.0}, {"token_loss": MASKED}, ("token_loss",))
+    out.update(offpolicy_cases(dtype, logp, old, adv_bt, adv_b))
     out.update(multi_gpu_cases(dtype, logits, hidden, weight, ids))
+    return out
+
+
+def offpolicy_cases(dtype, logp, old, adv_bt, adv_b) -> dict[str, Case]:
+    """Spec v1.1: every log-prob and advantage array is planted at masked positions (behav_version is
+    an integer array: -1 there, as AReaL's prompt tokens)."""
+    rollout = old - 0.2 * token(dtype, 13)
+    pair = {"old_logp": MASKED, "rollout_logp": MASKED}
+    out = {}
+    for level, mode in (("token", "truncate"), ("sequence", "mask"), ("sequence", "none")):
+        out[f"rollout_is_weights-{level}-{mode}"] = Case(
+            refimpl.rollout_is_weights, {"old_logp": old, "rollout_logp": rollout, "mask": MASK},
+            {"level": level, "seq_stat": "geometric", "mode": mode, "lo": 0.5, "hi": 3.0, "batch_normalize": True}, pair)
+    for level in ("token", "seq_mean", "seq_all"):
+        out[f"rollout_rejection_mask-{level}"] = Case(
+            refimpl.rollout_rejection_mask, {"old_logp": old, "rollout_logp": rollout, "mask": MASK},
+            {"statistic": "k3", "level": level, "hi": 0.2}, pair)
+    for adv_name, adv in (("tokens", adv_bt), ("rows", adv_b)):
+        plant = {"logp": MASKED, "prox_logp": MASKED, "behav_logp": MASKED}
+        if adv.dim() == 2:
+            plant["advantages"] = MASKED
+        out[f"decoupled_ppo_token_loss-{adv_name}"] = Case(
+            refimpl.decoupled_ppo_token_loss,
+            {"logp": logp, "prox_logp": old, "behav_logp": rollout, "advantages": adv, "mask": MASK},
+            {"dual_clip": 3.0, "behav_cap": 2.0, "behav_mode": "mask"}, plant, ("logp",))
+        out[f"off_policy_sequence_mask-{adv_name}"] = Case(
+            refimpl.off_policy_sequence_mask, {"logp": logp, "old_logp": old, "advantages": adv, "mask": MASK},
+            {"threshold": 0.05}, {k: v for k, v in plant.items() if k in ("logp", "advantages")} | {"old_logp": MASKED})
+    versions = torch.where(MASK, torch.arange(T).expand(B, T) % 4, -1)
+    out["proximal_logp_interpolation"] = Case(
+        refimpl.proximal_logp_interpolation, {"logp": logp, "behav_logp": rollout, "behav_version": versions, "mask": MASK},
+        {"version": 4, "method": "linear"}, {"logp": MASKED, "behav_logp": MASKED})
     return out
 
 

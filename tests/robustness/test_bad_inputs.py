@@ -60,16 +60,18 @@ ROLES: dict[str, str] = {
     "advantages": "adv",
     "group_size": "group",
     "counts": "counts",
+    "behav_version": "versions",
     **{n: "token" for n in ("logp", "old_logp", "ref_logp", "values", "old_values", "returns",
-                            "token_rewards", "x", "token_loss")},
+                            "token_rewards", "x", "token_loss", "rollout_logp", "prox_logp", "behav_logp")},
     # "upstream" is "token" for a [B, T] output and "scalar" for a scalar one (decided per call)
 }
 
-CHOICES = ("estimator", "kl_estimator", "mode", "baseline", "scale", "singleton", "form", "bound")
+CHOICES = ("estimator", "kl_estimator", "mode", "baseline", "scale", "singleton", "form", "bound",
+           "level", "seq_stat", "statistic", "kl_of", "behav_mode", "method")
 REALS = ("temperature", "eps", "eps_low", "eps_high", "dual_clip", "clip", "log_ratio_clamp", "clamp",
-         "gamma", "lam", "norm_length", "num_tokens", "num_seqs", "kl_coef")
-INTS = ("std_ddof", "chunk_size", "vocab_chunk_size", "vocab_start", "dp_world_size")
-BOOLS = ("shift_mean", "reduce_hidden_grad")
+         "gamma", "lam", "norm_length", "num_tokens", "num_seqs", "kl_coef", "lo", "hi", "behav_cap", "threshold")
+INTS = ("std_ddof", "chunk_size", "vocab_chunk_size", "vocab_start", "dp_world_size", "version")
+BOOLS = ("shift_mean", "reduce_hidden_grad", "batch_normalize")
 LAYOUTS = ("cu_seqlens", "position_ids")  # packed rows: exactly one of the two
 SEQUENCES = ("seqs_per_mask",)
 # Keywords the fuzzer leaves alone, with the reason.
@@ -99,6 +101,13 @@ KEYWORD_VALUES: dict[str, tuple[Any, ...]] = {
     "vocab_chunk_size": (0, -1),
     "vocab_start": (-1,),
     "dp_world_size": (0, -2),
+    # lo / hi bound a ratio (> 0) in rollout_is_weights but a KL estimate (any real) in
+    # rollout_rejection_mask: only the generic NaN / inf / str / bool mutations apply to both
+    "lo": (),
+    "hi": (),
+    "behav_cap": (0.0, -1.0),
+    "threshold": (),
+    "version": (-1,),
 }
 KEYWORDS = set(CHOICES) | set(REALS) | set(INTS) | set(BOOLS) | set(LAYOUTS) | set(SEQUENCES) | set(NOT_FUZZED)
 
@@ -172,6 +181,12 @@ def _read_index(call: Call, name: str) -> tuple[int, ...]:
     return (b, t)
 
 
+def _version_index(call: Call, name: str) -> tuple[int, ...]:
+    """The element of `behav_version` ([B] per row or [B, T] per token) of the first valid token."""
+    b, t = _first_valid(call)
+    return (b,) if call.value(name).ndim == 1 else (b, t)
+
+
 def _vocab(call: Call) -> int:
     for name in ("logits", "logits_shard"):
         if name in call.args:
@@ -196,8 +211,8 @@ def _ragged(x: Any) -> list:
 # ----------------------------------------------------------------------------------------------
 
 FLOAT_ROLES = frozenset({"token", "adv", "seq", "logits", "hidden", "weight"})
-ARRAY_ROLES = FLOAT_ROLES | {"mask", "ids"}
-BATCHED = frozenset({"token", "adv", "seq", "logits", "hidden", "ids"})  # share B with the mask
+ARRAY_ROLES = FLOAT_ROLES | {"mask", "ids", "versions"}
+BATCHED = frozenset({"token", "adv", "seq", "logits", "hidden", "ids", "versions"})  # share B with the mask
 TIMED = frozenset({"token", "logits", "hidden", "ids"})  # share T with the mask
 BOTH = ("oracle", "refimpl")
 
@@ -219,9 +234,9 @@ def _m(name, roles, expected, make, libs=BOTH, needs_mask=False) -> Mutation:
 ARRAY_MUTATIONS: list[Mutation] = [
     # dtypes and Python types
     _m("int dtype", FLOAT_ROLES, TypeError, lambda c, n: _cast(c.value(n), "int")),
-    _m("bool dtype", FLOAT_ROLES | {"ids"}, TypeError, lambda c, n: _cast(c.value(n), "bool")),
-    _m("complex dtype", FLOAT_ROLES | {"mask", "ids"}, TypeError, lambda c, n: _cast(c.value(n), "complex")),
-    _m("float dtype", {"ids"}, TypeError, lambda c, n: _cast(c.value(n), "float")),
+    _m("bool dtype", FLOAT_ROLES | {"ids", "versions"}, TypeError, lambda c, n: _cast(c.value(n), "bool")),
+    _m("complex dtype", FLOAT_ROLES | {"mask", "ids", "versions"}, TypeError, lambda c, n: _cast(c.value(n), "complex")),
+    _m("float dtype", {"ids", "versions"}, TypeError, lambda c, n: _cast(c.value(n), "float")),
     _m("a str", ARRAY_ROLES, TypeError, lambda c, n: "not an array"),
     _m("None", ARRAY_ROLES, TypeError, lambda c, n: None),
     _m("a NumPy array for a tensor", ARRAY_ROLES, TypeError, lambda c, n: _numpy(c.value(n)), libs=("refimpl",)),
@@ -229,7 +244,7 @@ ARRAY_MUTATIONS: list[Mutation] = [
     _m("a ragged nested list", ARRAY_ROLES, ValueError, lambda c, n: _ragged(c.value(n)), libs=("oracle",)),
     # ranks and shapes
     _m("rank + 1", ARRAY_ROLES, ValueError, lambda c, n: c.value(n)[..., None]),
-    _m("rank - 1", ARRAY_ROLES - {"adv", "seq"}, ValueError, lambda c, n: c.value(n)[..., 0]),
+    _m("rank - 1", ARRAY_ROLES - {"adv", "seq", "versions"}, ValueError, lambda c, n: c.value(n)[..., 0]),
     _m("0-d", ARRAY_ROLES, ValueError, lambda c, n: c.value(n).reshape(-1)[0:1].reshape(())),
     _m("batch mismatch", BATCHED, ValueError, lambda c, n: _drop(c.value(n), 0), needs_mask=True),
     _m("length mismatch", TIMED, ValueError, lambda c, n: _drop(c.value(n), 1), needs_mask=True),
@@ -250,6 +265,9 @@ ARRAY_MUTATIONS: list[Mutation] = [
     _m("-inf at a valid position", FLOAT_ROLES, ValueError, lambda c, n: _set(c.value(n), _read_index(c, n), float("-inf"))),
     _m("id = V at a valid position", {"ids"}, ValueError, lambda c, n: _set(c.value(n), _first_valid(c), _vocab(c))),
     _m("id = -1 at a valid position", {"ids"}, ValueError, lambda c, n: _set(c.value(n), _first_valid(c), -1)),
+    _m("version -1 at a valid position", {"versions"}, ValueError, lambda c, n: _set(c.value(n), _version_index(c, n), -1)),
+    _m("version beyond the current one", {"versions"}, ValueError,
+       lambda c, n: _set(c.value(n), _version_index(c, n), c.kwargs["version"] + 1)),
     # masks
     _m("float mask with 0.5", {"mask"}, ValueError, lambda c, n: _mask_with(c, "float", 0.5)),
     _m("float mask with NaN", {"mask"}, ValueError, lambda c, n: _mask_with(c, "float", float("nan"))),
@@ -505,7 +523,7 @@ def _degenerate(call: Call, kind: str) -> Call | None:
     def transform(r: str | None, value: Any) -> Any:
         if kind == "empty batch" and (r in BATCHED or r == "mask"):
             return value[:0]
-        if kind == "T = 1" and (r in TIMED or r == "mask" or (r == "adv" and value.ndim == 2)):
+        if kind == "T = 1" and (r in TIMED or r == "mask" or (r in ("adv", "versions") and value.ndim == 2)):
             return value[:, :1]
         if kind == "every row masked" and r == "mask":
             return value & False
