@@ -561,6 +561,22 @@ def case_proximal_logp_interpolation(rng: np.random.Generator) -> Case:
     )
 
 
+def case_corrected_policy_loss(rng: np.random.Generator) -> Case:
+    """policy_loss's case plus constant rollout weights (some 0, as masked IS gives) and a keep mask
+    that rejects some valid tokens (on-policy: the weights stay as drawn, so the on-policy check
+    compares the composition, not its identity)."""
+    base = case_policy_loss(rng)
+    args = dict(base.args)
+    mask = args.pop("mask")
+    shape = mask.shape
+    weights = np.exp(rng.normal(0.0, 0.3, size=shape))
+    weights = np.where(rng.random(shape) < 0.15, 0.0, weights)
+    keep = mask & (rng.random(shape) < float(rng.choice([1.0, 0.8, 0.5])))
+    args.update({"is_weights": weights, "keep_mask": keep, "mask": mask})
+    kwargs = {**base.kwargs, "weight_kl": bool(rng.random() < 0.3), "rejected": str(rng.choice(["drop", "zero"]))}
+    return Case("corrected_policy_loss", args, kwargs, grad_args=("logp",))
+
+
 def case_off_policy_sequence_mask(rng: np.random.Generator) -> Case:
     args = _policy_args(rng)
     return Case("off_policy_sequence_mask", args, {"threshold": float(rng.choice([0.0, 0.01, 0.1, 1.0]))})
@@ -591,6 +607,7 @@ GENERATORS: dict[str, Callable[[np.random.Generator], Case]] = {
     "decoupled_ppo_token_loss": case_decoupled_ppo_token_loss,
     "proximal_logp_interpolation": case_proximal_logp_interpolation,
     "off_policy_sequence_mask": case_off_policy_sequence_mask,
+    "corrected_policy_loss": case_corrected_policy_loss,
 }
 
 

@@ -438,6 +438,17 @@ REGISTRY: tuple[QuantityInfo, ...] = (
         well_conditioned=_opsm_conditioned,
         output="mask",
     ),
+    QuantityInfo(
+        "corrected_policy_loss",
+        "offpolicy.loss",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy", "partition"),
+        question=("eps_low", "eps_high", "dual_clip", "kl_coef", "kl_estimator", "mode", "norm_length"),
+        variants={"rejected": ("drop", "zero"), "weight_kl": (False, True)},
+        output="scalar",
+        well_conditioned=_ppo_conditioned,
+        stop_grad_args=("is_weights",),
+    ),
 )
 
 BY_FUNCTION: dict[str, QuantityInfo] = {q.function: q for q in REGISTRY}

@@ -10,7 +10,7 @@ written from the hand derivation, stop-gradients included. The contract is
 
 from oracle.advantages import grpo_advantages, reinforce_advantages, rloo_advantages
 from oracle.aggregation import AGGREGATION_MODES, aggregate, aggregate_grad
-from oracle.composite import policy_loss, policy_loss_grad
+from oracle.composite import corrected_policy_loss, corrected_policy_loss_grad, policy_loss, policy_loss_grad
 from oracle.fused_head import (
     token_entropy_from_hidden,
     token_entropy_from_hidden_grad,
@@ -93,6 +93,9 @@ __all__ = [
     "decoupled_ppo_token_loss_grad",
     "proximal_logp_interpolation",
     "off_policy_sequence_mask",
+    # offpolicy.loss (spec v1.1 composite)
+    "corrected_policy_loss",
+    "corrected_policy_loss_grad",
 ]
 
 from oracle.presets import PRESETS  # noqa: E402  (framework presets: plain data, written separately)

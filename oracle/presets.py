@@ -71,6 +71,7 @@ FUNCTIONS = (
     "decoupled_ppo_token_loss",
     "proximal_logp_interpolation",
     "off_policy_sequence_mask",
+    "corrected_policy_loss",
 )
 
 PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
@@ -103,6 +104,10 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # min | ratio > max, 0): inclusive bounds. No log-ratio clamp, no batch normalisation. Applied
         # only with use_vllm and vllm_importance_sampling_correction=True (grpo_config.py:925).
         "rollout_is_weights": {"level": "sequence", "mode": "mask", "hi": 3.0},
+        # grpo_trainer.py:3140-3150: per_token_loss * off_policy_mask, then * importance_sampling_ratio,
+        # then + beta * per_token_kl (not weighted), reduced over the original completion mask: a
+        # rejected token's policy term is 0 but it still counts.
+        "corrected_policy_loss": {"rejected": "zero"},
         # Canonical, so absent: off_policy_sequence_mask (grpo_trainer.py:2945-2968, :3068-3081:
         # D = masked mean of sampling_logps - logps, keep A >= 0 or D <= off_policy_mask_threshold;
         # the threshold has no default: None = off, grpo_config.py:963).
@@ -142,7 +147,9 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # pg_losses * rollout_is_weights, :1365) with the TIS weight min(rho, 2.0) above. The PPO
         # log-ratio clamp +-20 (:1338) has no decoupled keyword: see NOT_EXPRESSIBLE.
         "decoupled_ppo_token_loss": {"dual_clip": 3.0, "behav_cap": 2.0},
-        # Canonical, so absent: rollout_rejection_mask (rollout_corr_helper.py:197-414: k1 = -log_ratio
+        # Canonical, so absent: corrected_policy_loss (rollout_corr_helper.py:412: the rejection mask
+        # multiplies response_mask, so a rejected token leaves the loss and its denominator: "drop");
+        # rollout_rejection_mask (rollout_corr_helper.py:197-414: k1 = -log_ratio
         # = rollout - old, k2, k3 = exp(log_ratio) - 1 - log_ratio, i.e. kl_of="rollout_old"; bounds have
         # no default, rollout_rs_threshold is required).
     },
@@ -177,6 +184,9 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # loss.py:223-238: the same gate as a keep mask on the ratio (level "seq": level="seq_mean", the
         # geometric mean of rho).
         "rollout_rejection_mask": {"lo": 0.5, "hi": 5.0},
+        # loss.py:235-241: the PPO loss times coef (0 where the gate rejects), reduced over action_mask:
+        # rejected tokens still count.
+        "corrected_policy_loss": {"rejected": "zero"},
     },
     "open_instruct": {
         # open_instruct/data_loader.py:1472-1484 @ e6c3044: numpy std, biased (ddof=0), "standard" is
@@ -227,6 +237,8 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # (:483), as aggregate(mode="token_mean") over the original mask does. Only when
         # rejection_sampling is set: see NOT_EXPRESSIBLE.
         "decoupled_ppo_token_loss": {"behav_cap": 5.0, "behav_mode": "mask"},
+        # functional.py:483: the loss denominator counts rejected tokens (their weight is 0).
+        "corrected_policy_loss": {"rejected": "zero"},
         # Canonical, so absent: proximal_logp_interpolation (areal/trainer/ppo/actor.py:604-685:
         # alpha = clamp((v - 1 - v_b)/(v - v_b), 0, 1), 0 where v - v_b <= 0; prox_logp_method
         # "loglinear").

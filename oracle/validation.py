@@ -91,10 +91,11 @@ def _first_index(flags: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(flags)[0])
 
 
-def check_mask(fn: str, mask, name: str = "mask") -> np.ndarray:
+def check_mask(fn: str, mask, name: str = "mask", *, first_column: bool = True) -> np.ndarray:
     """``mask`` [B, T]: bool, or an int/float array whose every element is exactly 0 or 1.
 
-    Returns a bool array. ``mask[:, 0]`` must be False (the first token has no prediction).
+    Returns a bool array. ``mask[:, 0]`` must be False (the first token has no prediction), unless
+    ``first_column=False`` (a keep mask, read only where the completion mask is True).
     """
     arr = as_array(fn, name, mask)
     if arr.dtype != np.bool_ and not (_is_int_dtype(arr.dtype) or _is_float_dtype(arr.dtype)):
@@ -115,7 +116,7 @@ def check_mask(fn: str, mask, name: str = "mask") -> np.ndarray:
                 f"got non-binary value {arr[where].item()!r} at {where}"
             )
         m = arr == 1
-    if m.shape[1] > 0 and m[:, 0].any():
+    if first_column and m.shape[1] > 0 and m[:, 0].any():
         rows = [int(b) for b in np.flatnonzero(m[:, 0])]
         raise ValueError(
             f"{fn}: {name}: expected mask[:, 0] False (the first token has no prediction), "

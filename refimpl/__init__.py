@@ -7,7 +7,7 @@ accumulation and returned in their input dtype. Masked inputs never reach an out
 
 from refimpl.advantages import grpo_advantages, reinforce_advantages, rloo_advantages, whiten
 from refimpl.aggregation import aggregate, global_counts
-from refimpl.composite import policy_loss
+from refimpl.composite import corrected_policy_loss, policy_loss
 from refimpl.fused_logprobs import (
     token_entropy_from_hidden,
     token_logprobs_and_entropy_from_hidden,
@@ -63,6 +63,7 @@ __all__ = [
     "aggregate",
     "global_counts",
     "policy_loss",
+    "corrected_policy_loss",
     "ppo_clipped_mask",
     # spec v1.1: off-policy and asynchronous training (refimpl.offpolicy)
     "rollout_is_weights",

@@ -81,10 +81,11 @@ def check_float(fn: str, name: str, value: object, ndim: int, layout: str) -> to
     return x
 
 
-def check_mask(fn: str, mask: object, name: str = "mask") -> torch.Tensor:
+def check_mask(fn: str, mask: object, name: str = "mask", *, first_column: bool = True) -> torch.Tensor:
     """``mask`` [B, T]: bool, or int/float with every element exactly 0 or 1. Returns a bool tensor.
 
-    ``mask[:, 0]`` must be False (the first token has no prediction).
+    ``mask[:, 0]`` must be False (the first token has no prediction), unless ``first_column=False``
+    (a keep mask, read only where the completion mask is True).
     """
     m = _tensor(fn, name, mask, "[B, T]")
     if m.dtype != torch.bool and m.dtype not in _INT_DTYPES and m.dtype not in FLOAT_DTYPES:
@@ -102,7 +103,7 @@ def check_mask(fn: str, mask: object, name: str = "mask") -> torch.Tensor:
                 f"got non-binary value {m[where].item()!r} at {where}"
             )
         m = m == 1
-    if m.shape[1] > 0 and bool(m[:, 0].any()):
+    if first_column and m.shape[1] > 0 and bool(m[:, 0].any()):
         rows = m[:, 0].nonzero().flatten().tolist()
         raise ValueError(
             f"{fn}: {name}: expected mask[:, 0] False (the first token has no prediction), "

@@ -1397,6 +1397,62 @@ add("off_policy_sequence_mask/nonfinite-at-masked",
         "mask": mask(".x.x"),
     }, {"threshold": 0.1}), expect=mask(".x.x"))
 
+
+
+def _cpl(d_old, d_ref, adv, w, keep, m, old=-4.0, **kw):
+    """corrected_policy_loss: logp = old_logp + d_old, ref_logp = logp - d_ref, weights w, keep mask."""
+    d_old, d_ref = f64(d_old), f64(d_ref)
+    old_logp = np.full(d_old.shape, old)
+    logp = old_logp + d_old
+    return lambda: build("corrected_policy_loss", {
+        "logp": logp, "old_logp": old_logp, "ref_logp": logp - d_ref, "advantages": f64(adv), "is_weights": f64(w),
+        "keep_mask": keep, "mask": m,
+    }, kw)
+
+
+W4 = [[0.0, 2.0, 0.5, 1.0]]
+add("corrected_policy_loss/identity-is-policy-loss",
+    "weights 1 and nothing rejected: policy_loss exactly (on-policy: token_mean of -A)",
+    _cpl([[0.0] * 4], [[0.0] * 4], [[0.0, 1.0, -2.0, 0.5]], [[1.0] * 4], mask(".xxx"), mask(".xxx"), kl_coef=0.1),
+    expect=(-1.0 + 2.0 - 0.5) / 3)
+add("corrected_policy_loss/weights-scale-policy-term",
+    "on-policy with weights 2, 0.5, 1 and A = 1: token_mean of -w = -(2 + 0.5 + 1)/3",
+    _cpl([[0.0] * 4], [[0.0] * 4], [1.0], W4, mask(".xxx"), mask(".xxx")), expect=-3.5 / 3)
+add("corrected_policy_loss/rejected-dropped",
+    "rejected='drop': the rejected token leaves the loss and the count: -(2 + 1)/2",
+    _cpl([[0.0] * 4], [[0.0] * 4], [1.0], W4, mask(".x.x"), mask(".xxx")), expect=-1.5)
+add("corrected_policy_loss/rejected-zero",
+    "rejected='zero' (TRL, OpenRLHF, AReaL): the rejected token is a zero that still counts: -(2 + 1)/3",
+    _cpl([[0.0] * 4], [[0.0] * 4], [1.0], W4, mask(".x.x"), mask(".xxx"), rejected="zero"), expect=-1.0)
+add("corrected_policy_loss/kl-not-weighted",
+    "k1 KL of 0.5 per token, kl_coef 1: the KL is added unweighted: mean(-w + 0.5)",
+    _cpl([[0.0] * 4], [[0.0, 0.5, 0.5, 0.5]], [1.0], W4, mask(".xxx"), mask(".xxx"), kl_coef=1.0, kl_estimator="k1"),
+    expect=(-3.5 + 1.5) / 3)
+add("corrected_policy_loss/kl-weighted",
+    "weight_kl (ms-swift): the KL term is multiplied by w too: mean(-w + 0.5 w)",
+    _cpl([[0.0] * 4], [[0.0, 0.5, 0.5, 0.5]], [1.0], W4, mask(".xxx"), mask(".xxx"), kl_coef=1.0, kl_estimator="k1",
+         weight_kl=True),
+    expect=(-3.5 + 0.5 * 3.5) / 3)
+add("corrected_policy_loss/zero-weight-overflowing-ratio",
+    "a zero weight on a token whose ratio overflows (d = 800, A < 0) contributes 0, never NaN",
+    _cpl([[0.0, 800.0, 0.1]], [[0.0, 0.0, 0.0]], [-1.0], [[0.0, 0.0, 1.0]], mask(".xx"), mask(".xx"), old=-801.0),
+    expect=np.exp(0.1) / 2)
+add("corrected_policy_loss/all-rejected",
+    "every token rejected: 'drop' gives 0 (nothing counted)",
+    _cpl([[0.0, 0.3, -0.2]], [[0.0, 0.1, 0.1]], [1.0], [[1.0] * 3], mask("..."), mask(".xx"), kl_coef=0.1),
+    expect=0.0)
+add("corrected_policy_loss/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions of every input (and keep_mask True there) change nothing",
+    lambda: build("corrected_policy_loss", {
+        "logp": f64([[nan, -1.0, inf, -1.5]]),
+        "old_logp": f64([[1e30, -1.1, nan, -1.5]]),
+        "ref_logp": f64([[-inf, -1.2, 1e30, -1.4]]),
+        "advantages": f64([[nan, 1.0, 1e30, -1.0]]),
+        "is_weights": f64([[nan, 1.5, inf, 0.5]]),
+        "keep_mask": mask("xxxx"),
+        "mask": mask(".x.x"),
+    }, {"kl_coef": 0.1}))
+
 # ---------------------------------------------------------------------------------------------
 # Presets: each preset of oracle.presets.PRESETS that names the function, on inputs that show
 # the preset's deviation from canonical.
@@ -1436,6 +1492,10 @@ PRESET_INPUTS: dict[str, Callable[..., Callable[[], cases.Case]]] = {
         [[0.0, 2.0, 0.3, -1.0, 0.0], [0.0, 0.5, -0.2, 0.1, 1.7]], mask(".xxxx", ".xxxx"), **kw),
     # A < 0 with a PPO ratio e^1.5 = 4.5 > 3 (verl's dual clip) and behaviour weights e^1 = 2.7 and
     # e^2 = 7.4 (above verl's cap 2; the second also above AReaL's rejection bound 5).
+    # two rejected tokens with large weights in a row of four: dropped vs zero changes the count
+    "corrected_policy_loss": lambda preset, **kw: _cpl(
+        [[0.0, 0.1, -0.1, 0.2, 0.0]], [[0.0] * 5], [1.0], [[0.0, 2.0, 0.5, 1.5, 3.0]], mask(".x.x."), mask(".xxxx"),
+        **kw),
     "decoupled_ppo_token_loss": lambda preset, **kw: _dec(
         [[0.0, 1.5, 0.1, -0.3, 1.2]], [[0.0, 1.0, 2.0, 0.5, 0.2]], [-1.0], mask(".xxxx"), **kw),
 }
@@ -1481,6 +1541,7 @@ RANDOM_SEEDS: dict[str, tuple[int, ...]] = {
     "decoupled_ppo_token_loss": (1, 2, 3),
     "proximal_logp_interpolation": (1, 2, 3),
     "off_policy_sequence_mask": (1, 2, 3),
+    "corrected_policy_loss": (1, 2, 3),
 }
 
 

@@ -407,6 +407,28 @@ def off_policy_sequence_mask(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.
     return ((_adv(a) >= 0) | (D <= kw["threshold"])) & m,
 
 
+def _corrected(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float, np.ndarray]:
+    """(loss, dloss/dlogp) of corrected_policy_loss: the weighted, kept policy term plus the KL,
+    aggregated over the counted tokens."""
+    m = a["mask"]
+    keep = np.asarray(a["keep_mask"], dtype=bool) & m
+    counted = keep if kw.get("rejected", "drop") == "drop" else m
+    coef = np.where(keep, _clean(m, a["is_weights"]), 0.0)
+    kl_scale = kw.get("kl_coef", 0.0) * (_clean(m, a["is_weights"]) if kw.get("weight_kl", False) else 1.0)
+    ppo_loss, ppo_grad = _ppo(a, kw)
+    k, dk = _kl(a["logp"], a["ref_logp"], m, {"estimator": kw.get("kl_estimator", "k3")})
+    agg_kw = {"mode": kw.get("mode", "token_mean"), "norm_length": kw.get("norm_length"),
+              "num_tokens": kw.get("num_tokens"), "num_seqs": kw.get("num_seqs")}
+    weights = _agg_weights({"mask": counted}, agg_kw)
+    token = _clean(counted, _times_neg_A(-coef, ppo_loss) + kl_scale * k)
+    grad = _clean(counted, _times_neg_A(-coef, ppo_grad) + kl_scale * dk)
+    return float((weights * token).sum()), weights * grad
+
+
+def corrected_policy_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float, ...]:
+    return (_corrected(a, kw)[0],)
+
+
 HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "token_logprobs": token_logprobs,
     "token_entropy": token_entropy,
@@ -432,6 +454,7 @@ HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "decoupled_ppo_token_loss": decoupled_ppo_token_loss,
     "proximal_logp_interpolation": proximal_logp_interpolation,
     "off_policy_sequence_mask": off_policy_sequence_mask,
+    "corrected_policy_loss": corrected_policy_loss,
 }
 
 
@@ -490,4 +513,5 @@ HAND_GRAD: dict[str, Callable[[dict[str, Any], dict[str, Any], Any], tuple[Any, 
     "aggregate": lambda a, kw, u: (u * _agg_weights(a, kw),),
     "policy_loss": lambda a, kw, u: (u * _policy(a, kw)[1],),
     "decoupled_ppo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _decoupled(a, kw)[1],),
+    "corrected_policy_loss": lambda a, kw, u: (u * _corrected(a, kw)[1],),
 }

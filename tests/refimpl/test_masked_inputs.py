@@ -145,6 +145,16 @@ def offpolicy_cases(dtype, logp, old, adv_bt, adv_b) -> dict[str, Case]:
         out[f"off_policy_sequence_mask-{adv_name}"] = Case(
             refimpl.off_policy_sequence_mask, {"logp": logp, "old_logp": old, "advantages": adv, "mask": MASK},
             {"threshold": 0.05}, {k: v for k, v in plant.items() if k in ("logp", "advantages")} | {"old_logp": MASKED})
+    weights = torch.exp(0.3 * token(dtype, 14))
+    keep = ~(torch.arange(T).expand(B, T) % 3 == 0)  # True at masked positions too: never read there
+    for rejected in ("drop", "zero"):
+        out[f"corrected_policy_loss-{rejected}"] = Case(
+            refimpl.corrected_policy_loss,
+            {"logp": logp, "old_logp": old, "ref_logp": rollout, "advantages": adv_bt, "is_weights": weights,
+             "keep_mask": keep, "mask": MASK},
+            {"kl_coef": 0.1, "mode": "seq_mean_token_mean", "weight_kl": True, "rejected": rejected},
+            {"logp": MASKED, "old_logp": MASKED, "ref_logp": MASKED, "advantages": MASKED, "is_weights": MASKED},
+            ("logp",))
     versions = torch.where(MASK, torch.arange(T).expand(B, T) % 4, -1)
     out["proximal_logp_interpolation"] = Case(
         refimpl.proximal_logp_interpolation, {"logp": logp, "behav_logp": rollout, "behav_version": versions, "mask": MASK},

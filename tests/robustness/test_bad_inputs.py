@@ -61,17 +61,19 @@ ROLES: dict[str, str] = {
     "group_size": "group",
     "counts": "counts",
     "behav_version": "versions",
+    "keep_mask": "keep",
+    "is_weights": "weights",
     **{n: "token" for n in ("logp", "old_logp", "ref_logp", "values", "old_values", "returns",
                             "token_rewards", "x", "token_loss", "rollout_logp", "prox_logp", "behav_logp")},
     # "upstream" is "token" for a [B, T] output and "scalar" for a scalar one (decided per call)
 }
 
 CHOICES = ("estimator", "kl_estimator", "mode", "baseline", "scale", "singleton", "form", "bound",
-           "level", "seq_stat", "statistic", "kl_of", "behav_mode", "method")
+           "level", "seq_stat", "statistic", "kl_of", "behav_mode", "method", "rejected")
 REALS = ("temperature", "eps", "eps_low", "eps_high", "dual_clip", "clip", "log_ratio_clamp", "clamp",
          "gamma", "lam", "norm_length", "num_tokens", "num_seqs", "kl_coef", "lo", "hi", "behav_cap", "threshold")
 INTS = ("std_ddof", "chunk_size", "vocab_chunk_size", "vocab_start", "dp_world_size", "version")
-BOOLS = ("shift_mean", "reduce_hidden_grad", "batch_normalize")
+BOOLS = ("shift_mean", "reduce_hidden_grad", "batch_normalize", "weight_kl")
 LAYOUTS = ("cu_seqlens", "position_ids")  # packed rows: exactly one of the two
 SEQUENCES = ("seqs_per_mask",)
 # Keywords the fuzzer leaves alone, with the reason.
@@ -194,8 +196,8 @@ def _vocab(call: Call) -> int:
     return int(call.args["weight" if "weight" in call.args else "weight_shard"].shape[0])
 
 
-def _mask_with(call: Call, kind: str, value: float) -> Any:
-    m = _cast(call.args["mask"], kind)
+def _mask_with(call: Call, kind: str, value: float, name: str = "mask") -> Any:
+    m = _cast(call.args[name], kind)
     return _set(m, _first_valid(call), value)
 
 
@@ -210,10 +212,10 @@ def _ragged(x: Any) -> list:
 # the catalogue
 # ----------------------------------------------------------------------------------------------
 
-FLOAT_ROLES = frozenset({"token", "adv", "seq", "logits", "hidden", "weight"})
-ARRAY_ROLES = FLOAT_ROLES | {"mask", "ids", "versions"}
-BATCHED = frozenset({"token", "adv", "seq", "logits", "hidden", "ids", "versions"})  # share B with the mask
-TIMED = frozenset({"token", "logits", "hidden", "ids"})  # share T with the mask
+FLOAT_ROLES = frozenset({"token", "adv", "seq", "logits", "hidden", "weight", "weights"})
+ARRAY_ROLES = FLOAT_ROLES | {"mask", "ids", "versions", "keep"}
+BATCHED = frozenset({"token", "adv", "seq", "logits", "hidden", "ids", "versions", "keep", "weights"})  # share B with the mask
+TIMED = frozenset({"token", "logits", "hidden", "ids", "keep", "weights"})  # share T with the mask
 BOTH = ("oracle", "refimpl")
 
 
@@ -235,7 +237,7 @@ ARRAY_MUTATIONS: list[Mutation] = [
     # dtypes and Python types
     _m("int dtype", FLOAT_ROLES, TypeError, lambda c, n: _cast(c.value(n), "int")),
     _m("bool dtype", FLOAT_ROLES | {"ids", "versions"}, TypeError, lambda c, n: _cast(c.value(n), "bool")),
-    _m("complex dtype", FLOAT_ROLES | {"mask", "ids", "versions"}, TypeError, lambda c, n: _cast(c.value(n), "complex")),
+    _m("complex dtype", FLOAT_ROLES | {"mask", "ids", "versions", "keep"}, TypeError, lambda c, n: _cast(c.value(n), "complex")),
     _m("float dtype", {"ids", "versions"}, TypeError, lambda c, n: _cast(c.value(n), "float")),
     _m("a str", ARRAY_ROLES, TypeError, lambda c, n: "not an array"),
     _m("None", ARRAY_ROLES, TypeError, lambda c, n: None),
@@ -269,10 +271,12 @@ ARRAY_MUTATIONS: list[Mutation] = [
     _m("version beyond the current one", {"versions"}, ValueError,
        lambda c, n: _set(c.value(n), _version_index(c, n), c.kwargs["version"] + 1)),
     # masks
-    _m("float mask with 0.5", {"mask"}, ValueError, lambda c, n: _mask_with(c, "float", 0.5)),
-    _m("float mask with NaN", {"mask"}, ValueError, lambda c, n: _mask_with(c, "float", float("nan"))),
-    _m("int mask with 2", {"mask"}, ValueError, lambda c, n: _mask_with(c, "int", 2)),
-    _m("int mask with -1", {"mask"}, ValueError, lambda c, n: _mask_with(c, "int", -1)),
+    _m("float mask with 0.5", {"mask", "keep"}, ValueError, lambda c, n: _mask_with(c, "float", 0.5, n)),
+    _m("float mask with NaN", {"mask", "keep"}, ValueError, lambda c, n: _mask_with(c, "float", float("nan"), n)),
+    _m("int mask with 2", {"mask", "keep"}, ValueError, lambda c, n: _mask_with(c, "int", 2, n)),
+    _m("int mask with -1", {"mask", "keep"}, ValueError, lambda c, n: _mask_with(c, "int", -1, n)),
+    _m("negative weight at a valid position", {"weights"}, ValueError,
+       lambda c, n: _set(c.value(n), _first_valid(c), -0.5)),
     _m("mask[:, 0] set", {"mask"}, ValueError, lambda c, n: _set(c.value(n), (0, 0), True)),
     _m("mask[:, 0] set (float mask)", {"mask"}, ValueError, lambda c, n: _set(_cast(c.value(n), "float"), (0, 0), 1.0)),
 ]
