@@ -66,6 +66,7 @@ class Outcome:
     oracle_kwargs: dict[str, Any] | None = None  # the oracle's keywords when they differ from `kwargs`
     precision: str | None = None  # finest class met (PRECISIONS or BELOW); None: nothing compared
     contract: bool = False  # failed by breaking the calling contract (in-place edit, dtype, arity)
+    absent: str = ""  # for "not_implemented": the keyword values not offered, and the adapter's reason
     # For re-judging the same call against other oracle keywords (`rejudge`): the adapter's values,
     # its gradients (None: none given) and the upstream the gradients were taken with.
     values: tuple[np.ndarray, ...] = ()
@@ -295,10 +296,18 @@ def adapter_function(outcome: Outcome, adapter: Any) -> Any:
     declared = (getattr(adapter, "unsupported_kwargs", None) or {}).get(record.function, {})
     offending = {k: v for k, v in outcome.kwargs.items() if k in declared and v in tuple(declared[k])}
     if offending:
-        outcome.status = "not_implemented"
-        outcome.message = f"not implemented ({_fmt(offending)}): declared in unsupported_kwargs"
+        mark_not_implemented(outcome, _fmt(offending), "declared in unsupported_kwargs")
         return None
     return fn
+
+
+def mark_not_implemented(outcome: Outcome, keywords: str, reason: str) -> Outcome:
+    """A case the adapter does not offer: `absent` names the keyword values asked (and why, when the
+    adapter said), the label the row lists under "not implemented"."""
+    outcome.status = "not_implemented"
+    outcome.absent = (keywords or "these inputs") + (f": {reason}" if reason else "")
+    outcome.message = f"not implemented ({outcome.absent})"
+    return outcome
 
 
 def adapter_dtypes(adapter: Any) -> tuple[str, ...]:
@@ -346,9 +355,7 @@ def check_adapter(
     except AdapterMisbehaved as exc:
         return _broken(outcome, str(exc))
     except NotImplementedError as exc:
-        outcome.status = "not_implemented"
-        outcome.message = f"not implemented ({_fmt(kw) or 'these inputs'})" + (f": {exc}" if str(exc) else "")
-        return outcome
+        return mark_not_implemented(outcome, _fmt(kw), str(exc))
     except Exception as exc:  # an adapter error is a result, not a crash of the suite
         outcome.status = "error"
         outcome.message = f"{type(exc).__name__}: {exc}"

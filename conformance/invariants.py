@@ -40,6 +40,7 @@ from conformance.differential import (
     _to_numpy,
     tolerance_dtype,
     adapter_function,
+    mark_not_implemented,
     seeded_upstream,
 )
 from conformance.registry import QuantityInfo
@@ -93,9 +94,7 @@ def _tol(record: QuantityInfo, outcome: Outcome, what: str) -> Tol:
 
 
 def _not_implemented(outcome: Outcome, exc: NotImplementedError) -> Outcome:
-    outcome.status = "not_implemented"
-    outcome.message = f"not implemented ({', '.join(f'{k}={v!r}' for k, v in outcome.kwargs.items()) or 'these inputs'})" + (f": {exc}" if str(exc) else "")
-    return outcome
+    return mark_not_implemented(outcome, ", ".join(f"{k}={v!r}" for k, v in outcome.kwargs.items()), str(exc))
 
 
 # ---------------------------------------------------------------------------------------------

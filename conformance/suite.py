@@ -352,8 +352,7 @@ def check_row(
     compared = _call(record, adapter, [t for t in trials if not t.metamorphic], ref, on_trial)
     absent = [t for t in compared if t.outcome.status == "not_implemented"]
     compared = [t for t in compared if t not in absent]
-    row.not_implemented_cases = sorted({t.outcome.message.partition("(")[2].rpartition(")")[0] or "some inputs"
-                                        for t in absent})
+    row.not_implemented_cases = sorted({t.outcome.absent for t in absent})
     # an exception or a broken contract decides the status, but every check still runs: the
     # failure pattern of the row (`checks`) is what `conformance.diagnosis` matches bugs against
     errors = [t.outcome for t in compared if t.outcome.status == "error"]

@@ -26,10 +26,29 @@ How a GRPO loss row is checked
 5. The first composition that matches value and every gradient decides the status: the canonical
    one (``pass``), else a named variant (``preset``, e.g. CISPO's absolute bound, TRL's KL times the
    importance ratio), else ``fail`` with the canonical mismatch.
+
+Rollout corrections (spec v1.1) in the loss
+-------------------------------------------
+Rows with ``is=<vllm_importance_sampling_mode>`` and/or ``opsm`` drive the same ``_compute_loss`` with
+TRL's rollout corrections on (``grpo_trainer.py:3068-3081``, ``:3140-3150``): the per-token loss times the
+OPSM keep mask, times ``inputs["importance_sampling_ratio"]`` (read only with ``use_vllm=True``, so the
+adapter builds those trainers around its stubbed vLLM backend), then ``+ beta * per_token_kl``. The batch
+gains the rollout engine's log-probs ``sampling_per_token_logps`` (``add_rollout``: each row's mean
+``sampling - logp`` is set, so OPSM's statistic is off any threshold) and the ratio tensor TRL would
+have computed for the configured mode: ``rollout_is_weights`` of the oracle on ``old`` vs ``sampling``,
+``(B, 1)`` for ``sequence_*`` modes and ``(B, C)`` for ``token_*`` (``grpo_trainer.py:2676-2678``). The
+canonical composition is ``aggregate(keep*w*policy_token_loss + beta*kl_penalty, mask, mode)`` with
+``w = rollout_is_weights(old_logp, sampling_logp, **TRL's mode)`` and ``keep =
+off_policy_sequence_mask(logp, sampling_logp (else old_logp), A, threshold)``: the KL term unweighted and
+every valid token (rejected or not) in the denominator. Two contrasts, tried after it and reported in
+the row's message: the correction also on the KL term (ms-swift's placement per offpolicy.is_weights.md,
+not verified here), and the rejected tokens
+(keep*w = 0) removed from the loss mask, numerator and denominator.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import time
@@ -41,6 +60,7 @@ import numpy as np
 import torch
 
 import oracle
+from conformance.adapters.trl_adapter import is_mode_to_spec
 from conformance.compare import Mismatch, compare, differences, greatest
 from conformance.suite import RowResult, match_status, seeds_for
 from conformance.tolerances import Tol, tolerance
@@ -132,6 +152,76 @@ def add_old_and_ref(batch: dict[str, torch.Tensor], logp: torch.Tensor, seed: in
     return out
 
 
+# Each row's mean rollout drift D_b = mean_t(sampling - logp) over its loss tokens (add_rollout). With
+# ADVANTAGE_SIGNS, rows 1 and 2 are the negative-advantage rows: OPSM drops row 1 (D = 0.5) and keeps
+# row 2 (D = -0.3) at a threshold between them; rows 0 and 3 have D above it and are kept for A > 0.
+ROLLOUT_DRIFT = (0.4, 0.5, -0.3, 0.6, 0.0)
+
+
+def _with_column0(x: np.ndarray) -> np.ndarray:
+    """[B, C] completion columns -> [B, 1 + C] with a leading masked column, the spec's layout up to
+    the prompt (rollout_is_weights reads only the valid tokens, so the prompt width is immaterial)."""
+    return np.concatenate([np.zeros((x.shape[0], 1), dtype=x.dtype), x], axis=1)
+
+
+def _is_bound_log(kw: dict[str, Any]) -> list[float]:
+    return [math.log(b) for b in (kw.get("lo"), kw.get("hi")) if b is not None]
+
+
+def add_rollout(batch: dict[str, torch.Tensor], logp: torch.Tensor, seed: int, is_kwargs: dict[str, Any] | None) -> dict[str, torch.Tensor]:
+    """The rollout engine's log-probs ``sampling_per_token_logps`` = logp + D_b + zero-mean jitter on the
+    loss tokens (``ROLLOUT_DRIFT``), and, when ``is_kwargs`` (``rollout_is_weights`` keywords of TRL's
+    mode) is given, ``importance_sampling_ratio`` = the oracle's weights of ``old`` vs ``sampling`` in
+    TRL's shape. The jitter is re-drawn until no ratio (token) or row product (sequence) is within
+    ``MARGIN`` in log space of a bound, so rounding cannot flip a masked/clipped decision."""
+    rng = np.random.default_rng(seed + 3)
+    loss_mask = (batch["completion_mask"] * batch["tool_mask"]).numpy().astype(bool)
+    pad = batch["completion_mask"].numpy() == 0
+    lp = logp.detach().to(torch.float64).numpy()
+    old = batch["old_per_token_logps"].to(torch.float64).numpy()
+    m1 = _with_column0(loss_mask)
+    for _ in range(100):
+        jitter = rng.uniform(-0.4, 0.4, size=(B, C))
+        for b in range(B):
+            if loss_mask[b].any():
+                jitter[b] -= jitter[b][loss_mask[b]].mean()
+        sampling = np.where(pad, 0.0, lp + np.asarray(ROLLOUT_DRIFT)[:, None] + jitter)
+        sampling = sampling.astype(np.float32).astype(np.float64)  # what TRL holds
+        if is_kwargs is None:
+            break
+        delta = np.where(loss_mask, old - sampling, 0.0)
+        stat = delta[loss_mask] if is_kwargs["level"] == "token" else delta.sum(axis=1)[loss_mask.any(axis=1)]
+        if all(abs(float(x) - k) > MARGIN for x in stat for k in _is_bound_log(is_kwargs)):
+            break
+    else:
+        raise RuntimeError("add_rollout: no rollout log-probs away from the importance-sampling bounds")
+    out = dict(batch)
+    out["sampling_per_token_logps"] = torch.tensor(sampling, dtype=torch.float32)
+    if is_kwargs is not None:
+        w = oracle.rollout_is_weights(_with_column0(old), _with_column0(sampling), m1, **is_kwargs)[:, 1:]
+        if is_kwargs["level"] == "sequence":  # one weight per row; TRL's ratio of a row without loss tokens is e^0 = 1
+            w = np.where(loss_mask.any(axis=1), np.where(loss_mask, w, -np.inf).max(axis=1), 1.0)[:, None]
+        out["importance_sampling_ratio"] = torch.tensor(w, dtype=torch.float32)
+    return out
+
+
+def opsm_threshold(batch: dict[str, torch.Tensor], logp: torch.Tensor) -> float:
+    """An ``off_policy_mask_threshold`` that keeps some and drops some negative-advantage rows: the
+    midpoint of the widest gap between the drifts D_b of the rows with a negative advantage (of the
+    rows TRL's OPSM reads: ``sampling_per_token_logps`` when present, else ``old_per_token_logps``,
+    ``grpo_trainer.py:3073``); below them all when no gap exceeds 4·MARGIN."""
+    loss_mask = (batch["completion_mask"] * batch["tool_mask"]).numpy().astype(bool)
+    source = batch.get("sampling_per_token_logps", batch["old_per_token_logps"]).to(torch.float64).numpy()
+    lp = logp.detach().to(torch.float64).numpy()
+    A = batch["advantages"].numpy()
+    neg = (A < 0) if A.ndim == 1 else ((A < 0) & loss_mask).any(axis=1)
+    rows = [b for b in range(B) if loss_mask[b].any() and neg[b]]
+    drift = sorted(float((source[b] - lp[b])[loss_mask[b]].mean()) for b in rows)
+    gaps = [(hi - lo, (hi + lo) / 2) for lo, hi in itertools.pairwise(drift)]
+    width, middle = max(gaps, default=(0.0, 0.0))
+    return round(middle, 6) if width > 4 * MARGIN else round(drift[0] - 0.1, 6) if drift else 0.0
+
+
 # ---------------------------------------------------------------------------------------------
 # Spec pieces with their vector-Jacobian products
 # ---------------------------------------------------------------------------------------------
@@ -143,6 +233,11 @@ class Piece:
 
     value: np.ndarray
     vjp: Callable[[np.ndarray], np.ndarray]
+
+
+def scaled(piece: Piece, factor: np.ndarray) -> Piece:
+    """A piece times a constant [B, T] factor (no gradient through the factor)."""
+    return Piece(piece.value * factor, lambda u: piece.vjp(u * factor))
 
 
 def ppo_piece(lp, old, A, m, *, eps_low, eps_high, dual_clip=None) -> Piece:
@@ -216,6 +311,11 @@ class Composition:
     value_checked: bool = True
     formula: str = ""
     spec_id: str = ""
+    # rollout corrections: lp -> keep*w [B, T], the constant multiplying the policy token loss
+    correction: Callable[[np.ndarray], np.ndarray] | None = None
+    kl_corrected: bool = False  # contrast: keep*w multiplies the KL term too
+    drop_rejected: bool = False  # contrast: tokens with keep*w = 0 leave the loss mask
+    contrast: bool = False  # tried only to be told apart (reported in the row's message)
 
 
 def _agg_kwargs(run: dict[str, Any]) -> dict[str, Any]:
@@ -291,18 +391,59 @@ def _kl_options(run: dict[str, Any]) -> list[_Option]:
     ]
 
 
+def is_kwargs(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``rollout_is_weights`` keywords of the run's TRL mode, or None when ``_compute_loss`` does
+    not multiply by the ratio (``grpo_trainer.py:3146``)."""
+    if not run.get("is_correction"):
+        return None
+    return is_mode_to_spec(run["is_mode"], run["is_clip_min"], run["is_clip_max"])
+
+
+def correction(run: dict[str, Any]) -> tuple[Callable[[np.ndarray], np.ndarray] | None, str, list[str]]:
+    """``keep*w`` as a function of the oracle's log-probs (``keep`` reads them as a constant), its
+    formula and spec ids; (None, "", []) without rollout corrections."""
+    kw, thr = is_kwargs(run), run.get("off_policy_mask_threshold")
+    if kw is None and thr is None:
+        return None, "", []
+    m, A = run["mask"], run["advantages"]
+    sampling = run.get("sampling_logp")
+    if kw is not None and sampling is None:
+        raise ValueError("a run with TRL's importance-sampling correction needs sampling_per_token_logps")
+    w = None if kw is None else oracle.rollout_is_weights(run["old_logp"], sampling, m, **kw)
+    source = "sampling_logp" if sampling is not None else "old_logp"
+    opsm_old = sampling if sampling is not None else run["old_logp"]
+
+    def factor(lp: np.ndarray) -> np.ndarray:
+        f = np.ones_like(lp) if w is None else w
+        if thr is not None:
+            f = f * oracle.off_policy_sequence_mask(lp, opsm_old, A, m, threshold=thr)
+        return f
+
+    names, ids = [], []
+    if thr is not None:
+        names.append(f"keep[off_policy_sequence_mask(logp, {source}, A, threshold={thr:g})]")
+        ids.append("offpolicy.opsm")
+    if kw is not None:
+        args = ", ".join(f"{k}={v!r}" for k, v in kw.items() if v is not None)
+        names.append(f"w[rollout_is_weights(old_logp, sampling_logp, {args})]")
+        ids.insert(0, "offpolicy.is_weights")
+    return factor, "*".join(names) + "*", ids
+
+
 def compositions(run: dict[str, Any], *, on_policy: bool) -> list[Composition]:
-    """Candidate compositions for a run, canonical first; [] when no spec composition exists."""
+    """Candidate compositions for a run, canonical first; [] when no spec composition exists. With
+    rollout corrections, the contrasts (``contrast=True``) follow the candidates."""
     policies = _policy_options(run, on_policy)
     if not policies:
         return []
     agg = _agg_kwargs(run)
+    factor, factor_formula, factor_ids = correction(run)
     out = []
     for pol, kl in itertools.product(policies, _kl_options(run)):
-        formula = f"aggregate({pol.formula}{kl.formula}, {', '.join(f'{k}={v!r}' for k, v in agg.items())})"
+        formula = f"aggregate({factor_formula}{pol.formula}{kl.formula}, {', '.join(f'{k}={v!r}' for k, v in agg.items())})"
         if run["entropy_coef"]:
             formula += f" - {run['entropy_coef']:g}*aggregate(token_entropy_from_hidden, mode='token_mean')"
-        spec_ids = [pol.spec_id, kl.spec_id, "agg", "logprob.entropy" if run["entropy_coef"] else "", "logprob.fused"]
+        spec_ids = factor_ids + [pol.spec_id, kl.spec_id, "agg", "logprob.entropy" if run["entropy_coef"] else "", "logprob.fused"]
         presets = {x for x in (pol.preset, kl.preset) if x}
         out.append(Composition(
             label=", ".join(x for x in (pol.label, kl.label) if x) or "canonical",
@@ -313,8 +454,23 @@ def compositions(run: dict[str, Any], *, on_policy: bool) -> list[Composition]:
             value_checked=pol.value_checked,
             formula=formula,
             spec_id="+".join(x for x in spec_ids if x),
+            correction=factor,
         ))
-    return out
+    if factor is None:
+        return out
+    contrasts = []
+    for comp in out:
+        base = "" if comp.label == "canonical" else f"{comp.label}, "
+        if comp.kl is not None:
+            contrasts.append(dataclasses.replace(
+                comp, label=f"{base}correction on the KL term too", preset=None, kl_corrected=True, contrast=True,
+                kwargs={**comp.kwargs, "correction": "keep*w on the KL term too"},
+                formula=comp.formula.replace(f"+ {run['beta']:g}*", f"+ {factor_formula}{run['beta']:g}*", 1)))
+        contrasts.append(dataclasses.replace(
+            comp, label=f"{base}rejected tokens out of the loss mask", preset=None, drop_rejected=True, contrast=True,
+            kwargs={**comp.kwargs, "correction": "tokens with keep*w = 0 out of the loss mask"},
+            formula=comp.formula + " over mask & (keep*w != 0)"))
+    return out + contrasts
 
 
 @dataclass
@@ -332,15 +488,24 @@ def evaluate(run: dict[str, Any], comp: Composition) -> Evaluated:
     ids, m, tau = run["input_ids"], run["mask"], run["temperature"]
     lp = oracle.token_logprobs_from_hidden(h, W, ids, m, temperature=tau)
     pol = comp.policy(lp)
+    f = comp.correction(lp) if comp.correction is not None else None
+    if f is not None:  # grpo_trainer.py:3140-3147: per_token_loss * off_policy_mask * importance_sampling_ratio
+        pol = scaled(pol, f)
     total, vjps = pol.value, [pol.vjp]
     beta = run["beta"]
     if comp.kl is not None:
         kl = kl_piece(lp, run["ref_logp"], run["old_logp"], m, times_ratio=None if comp.kl == "plain" else comp.kl)
+        if comp.kl_corrected and f is not None:
+            kl = scaled(kl, f)
         total = total + beta * kl.value
         vjps.append(lambda u, kl=kl: beta * kl.vjp(u))
-    agg = _agg_kwargs(run)
-    loss = oracle.aggregate(total, m, **agg)
-    w = oracle.aggregate_grad(total, m, 1.0, **agg)
+    agg, agg_mask = _agg_kwargs(run), m
+    if comp.drop_rejected and f is not None:
+        agg_mask = m & (f != 0)
+        if "num_tokens" in agg:
+            agg["num_tokens"] = float(agg_mask.sum())
+    loss = oracle.aggregate(total, agg_mask, **agg)
+    w = oracle.aggregate_grad(total, agg_mask, 1.0, **agg)
     g_lp = sum(v(w) for v in vjps)
     g_h, g_w = oracle.token_logprobs_from_hidden_grad(h, W, ids, m, g_lp, temperature=tau)
     g_ent = np.zeros_like(g_lp)
@@ -408,6 +573,7 @@ class LossConfig:
     config: tuple[tuple[str, Any], ...] = ()
     per_token_advantages: bool = False
     on_policy: bool = False
+    opsm: bool = False  # off_policy_mask_threshold set from the batch (opsm_threshold)
 
     @property
     def row_id(self) -> str:
@@ -416,6 +582,12 @@ class LossConfig:
         if cfg.pop("importance_sampling_level", "token") == "sequence":
             parts.append("sequence")
         beta = cfg.pop("beta", 0.0)
+        if cfg.pop("use_vllm", False) and cfg.pop("vllm_importance_sampling_correction", True):
+            bounds = [f"{name}={cfg.pop(f'vllm_importance_sampling_clip_{name}'):g}" for name in ("min", "max")
+                      if cfg.get(f"vllm_importance_sampling_clip_{name}") is not None]
+            parts.append(f"is={cfg.pop('vllm_importance_sampling_mode')}({','.join(bounds)})")
+        if self.opsm:
+            parts.append("opsm")
         parts += [f"{k}={v}" for k, v in cfg.items()]
         if self.per_token_advantages:
             parts.append("A=[B,T]")
@@ -462,7 +634,34 @@ def loss_configs() -> list[LossConfig]:
         LossConfig("vespo"),
         LossConfig("sapo"),
     ]
+    return out + offpolicy_configs()
+
+
+def _vllm_is(mode: str, clip_max: float | None = None, clip_min: float | None = None) -> dict[str, Any]:
+    """GRPOConfig keywords of TRL's vLLM importance-sampling correction (grpo_config.py:925-962)."""
+    out: dict[str, Any] = {"use_vllm": True, "vllm_importance_sampling_correction": True,
+                           "vllm_importance_sampling_mode": mode, "vllm_importance_sampling_clip_max": clip_max}
+    if clip_min is not None:
+        out["vllm_importance_sampling_clip_min"] = clip_min
     return out
+
+
+def offpolicy_configs() -> list[LossConfig]:
+    """The rollout corrections in ``_compute_loss`` (the module docstring): TRL's default IS mode
+    (``sequence_mask``, clip_max 3) with and without the bias-corrected KL term, token-level truncation
+    and masking, OPSM without vLLM (against ``old_per_token_logps``) and with it (against the sampling
+    log-probs), with [B] and [B, T] advantages."""
+    return [
+        _cfg("dapo", **_vllm_is("token_truncate", 2.0)),
+        _cfg("dapo", beta=BETA, **_vllm_is("sequence_mask", 3.0)),
+        _cfg("dapo", beta=BETA, use_bias_correction_kl=False, **_vllm_is("sequence_mask", 3.0)),
+        LossConfig("bnpo", opsm=True),  # bnpo: the denominator is _compute_loss's own mask.sum() (:3159)
+        # dapo's denominator is num_items_in_batch, the loss-mask count TRL takes before any correction (:2497-2498)
+        LossConfig("dapo", tuple(sorted(dict(beta=BETA, use_bias_correction_kl=False,
+                                             **_vllm_is("token_mask", 2.0, 0.5)).items())), opsm=True),
+        LossConfig("grpo", tuple(sorted(dict(beta=BETA, **_vllm_is("sequence_truncate", 3.0)).items())),
+                   per_token_advantages=True, opsm=True),
+    ]
 
 
 NOT_EXPRESSIBLE = {
@@ -478,8 +677,34 @@ def run_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> dict[str, Any]:
     batch = make_batch(seed, per_token_advantages=cfg.per_token_advantages)
     logp = adapter.grpo_current_logps(batch, **config)
     batch = add_old_and_ref(batch, logp, seed, on_policy=cfg.on_policy)
+    if config.get("use_vllm"):  # TRL's vLLM batches always carry the sampling log-probs (grpo_trainer.py:2910-2911)
+        kw = is_mode_to_spec(config["vllm_importance_sampling_mode"], config.get("vllm_importance_sampling_clip_min"),
+                             config.get("vllm_importance_sampling_clip_max"))
+        batch = add_rollout(batch, logp, seed, kw if config.get("vllm_importance_sampling_correction", True) else None)
+    if cfg.opsm:
+        config["off_policy_mask_threshold"] = opsm_threshold(batch, logp)
     run = adapter.grpo_loss(batch, **config)
     return {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in run.items()}
+
+
+def contrasts(run: dict[str, Any], comps: list[Composition], matched: Composition) -> dict[str, Comparison]:
+    """The contrasts of the matched composition (same label prefix), each compared with TRL's run."""
+    prefix = "" if matched.label == "canonical" else f"{matched.label}, "
+    return {c.label: compare_run(run, c)[0] for c in comps
+            if c.contrast and c.label.startswith(prefix) and c.label.count(",") == prefix.count(",")}
+
+
+def contrast_summary(run: dict[str, Any], comps: list[Composition], matched: Composition) -> str:
+    """One line per contrast: told apart (which comparisons differ, by how much) or not (this batch has
+    no token the contrast changes)."""
+    lines = []
+    for label, result in contrasts(run, comps, matched).items():
+        if result.ok:
+            lines.append(f"not told apart from '{label}' on this batch")
+        else:
+            failed = ", ".join(k for k, v in result.checks.items() if v == "fail")
+            lines.append(f"not '{label}': {failed} differ (max |diff| {result.max_abs:.3g})")
+    return "\n".join(lines)
 
 
 def check_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> RowResult:
@@ -503,6 +728,7 @@ def check_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> RowResult:
                 first = (comp, result)
             if result.ok:
                 row.max_abs_err, row.max_rel_err, row.checks = result.max_abs, result.max_rel, result.checks
+                told_apart = contrast_summary(run, comps, comp)
                 if comp.label == "canonical":
                     row.status = "pass"
                     row.message = f"= {comp.formula}"
@@ -514,6 +740,8 @@ def check_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> RowResult:
                 if not comp.value_checked:
                     row.status = "not_implemented"
                     row.message = f"{NOT_EXPRESSIBLE[cfg.loss_type]}; value not compared. Gradient matches {comp.formula}"
+                if told_apart:
+                    row.message += "\n" + told_apart
                 return row
         comp, result = first
         row.status = "fail"
@@ -684,4 +912,5 @@ def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
     return rows
 
 
-__all__ = ["extra_rows", "loss_configs", "check_loss_config", "check_rloo_loss", "run_loss_config", "compositions", "make_batch"]
+__all__ = ["extra_rows", "loss_configs", "offpolicy_configs", "check_loss_config", "check_rloo_loss", "run_loss_config",
+           "compositions", "contrasts", "make_batch", "add_rollout", "opsm_threshold"]

@@ -356,6 +356,12 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
             "masked_mean divides by n_b + 1e-8 (utils/torch_functional.py:308) for seq_mean_*: a "
             "relative 1e-8/n_b below every tolerance.",
         ),
+        "rollout_is_weights": (
+            "batch_normalize divides by masked_mean, whose count carries + 1e-8 "
+            "(utils/torch_functional.py:308): float64 results are only float32-precise.",
+            "a batch with no valid token raises ValueError (rollout_corr_helper.py:837-838); the spec "
+            "returns zeros (also for rollout_rejection_mask).",
+        ),
         "decoupled_ppo_token_loss": (
             "the PPO log-ratio log_prob - old_log_prob is clamped to +-20 (core_algos.py:1338); "
             "decoupled_ppo_token_loss has no log_ratio_clamp keyword.",

@@ -20,12 +20,47 @@ What is called (openrlhf 0.11.2; paths relative to ``openrlhf/``):
 | ``ppo_token_loss`` | ``models/loss.py::PolicyLoss(policy_loss_type="ppo")`` (:116-259): the per-token matrix it aggregates |
 | ``gspo_token_loss`` | ``PolicyLoss(policy_loss_type="gspo")``: idem |
 | ``value_token_loss`` | ``models/loss.py::ValueLoss`` (:262-298): ½ × the matrix it aggregates (the ½ is applied after ``aggregate_loss``, :298) |
+| ``rollout_is_weights`` | ``PolicyLoss(is_correction_level="token", is_correction_gating="ratio")`` (:128-131, :216-241): the coefficient ``coef`` it multiplies the PPO loss by, read by a probe (below) |
+| ``rollout_rejection_mask`` | the same gate in ``is_correction_mode="mask"``, level ``"token"`` or ``"seq"``: its keep decision (``coef != 0``, checked against the ``is_filter_ratio`` it returns, :238-246) |
 
 Checked as framework rows by ``conformance/frameworks/openrlhf_checks.py``: ``aggregate_loss`` in both
 modes (local, global, two data-parallel ranks), the aggregated ``PolicyLoss`` (ppo, dual-clip, gspo) and
 ``ValueLoss`` (value and gradient), ``compute_approx_kl(unbiased_gradient=True)``, and the advantage
 estimators of ``compute_advantages_and_returns`` (``group_norm``, ``dr_grpo``, ``rloo``,
-``reinforce_baseline``, ``flash_reinforce``, ``gae`` with its batch whitening).
+``reinforce_baseline``, ``flash_reinforce``, ``gae`` with its batch whitening), and the rollout-engine
+importance correction inside ``PolicyLoss``: the coefficient and the keep decision of each setting (the
+core functions with that setting's keywords fixed), the ``"seq"`` coefficient (a composition of spec
+pieces), and the corrected loss (``"token"`` with ``"mask"`` and ``"clip"``, ``"seq"`` with ``"mask"``)
+against ``w · ppo_token_loss`` aggregated as OpenRLHF aggregates, value and gradient.
+
+The rollout importance correction (spec v1.1 ``offpolicy.is_weights`` / ``offpolicy.rejection``).
+OpenRLHF has no function for the weight: ``PolicyLoss.forward`` computes
+``coef`` from ``old_log_probs - rollout_log_probs`` (detached, :219-239) and multiplies the per-token PPO
+loss by it (:241) before ``aggregate_loss``. The adapter reads ``coef`` exactly with a probe: ``PolicyLoss``
+with ``log_probs = old_log_probs = old_logp`` (PPO ratio ``exp(0) = 1``, :185-188), advantages ``-1``
+(so both surrogates are ``-1`` and the per-token PPO loss is ``-min(-1, -1) = 1``, :200-205) and
+``rollout_log_probs = rollout_logp``; the per-token matrix handed to ``aggregate_loss`` is then
+``coef · 1 = coef`` (no rounding). Keyword mapping (``is_correction_threshold = (low, high)``):
+
+| spec | OpenRLHF |
+|---|---|
+| ``level="token"``, ``mode="truncate"`` (TIS) | ``is_correction_mode="clip"``: ``coef = clamp(rho, low, high)`` (:234-236) |
+| ``level="token"``, ``mode="mask"`` (IcePop) | ``is_correction_mode="mask"``: ``coef = rho`` where ``low <= rho <= high``, else 0 (:237-239) |
+| ``mode="none"`` | ``"mask"`` with ``(0.0, inf)`` (every ``rho`` kept) |
+| ``lo=None`` / ``hi=None`` | ``low = 0.0`` (what the CLI sets for a single threshold, ``cli/train_ppo_ray.py:639-642``; ``rho >= 0`` always) / ``high = inf`` |
+| ``rollout_rejection_mask(statistic="ratio", level="token")`` | ``"mask"`` gate, level ``"token"``: keep = ``coef != 0`` |
+| ``rollout_rejection_mask(statistic="ratio", level="seq_mean")`` | ``"mask"`` gate, level ``"seq"``: ``exp(masked_mean(old - rollout))`` in ``[low, high]`` (:223-224) |
+
+Not expressible, declared in ``unsupported_kwargs`` (reported "not implemented (...)" per case) and raised
+as ``NotImplementedError``: ``rollout_is_weights(level="sequence")`` (OpenRLHF's ``"seq"`` level gates the
+row on the geometric mean but keeps each surviving token's own ``rho``, :237-239, never one weight per
+row; that composition is the framework row ``openrlhf.PolicyLoss.is_coef[seq,mask]``), ``batch_normalize=True``
+(no normalisation of ``coef``), ``rollout_rejection_mask`` with ``statistic`` k1/k2/k3 (the gates are the
+ratio and the sampled-token ``binary_kl`` / ``tv``, :225-232, not k1-k3) or ``level`` ``seq_sum`` /
+``seq_max`` / ``seq_all`` (only the per-row mean, :223). A zero ``coef`` is a rejection unless ``rho``
+itself underflowed to 0 (``old - rollout`` below about -104 in float32) and ``low = 0`` kept it: when the count of
+zeros disagrees with the ``is_filter_ratio`` that ``PolicyLoss`` returns (:242-246), each zero unit is
+asked alone (one token, or one row), where ``is_filter_ratio`` is that unit's own decision.
 
 Conventions this adapter converts (the checks never do):
 - OpenRLHF's tensors are response-only ``[B, A]`` with an ``action_mask``; the spec's ``[B, T]``
@@ -61,6 +96,12 @@ class OpenRLHFAdapter(SubprocessAdapter):
     name = "openrlhf"
     dtypes = ("float32",)
     checks_module = "conformance.frameworks.openrlhf_checks"
+
+    # spec v1.1 keyword values that PolicyLoss's is_correction options cannot express (module docstring)
+    unsupported_kwargs = {
+        "rollout_is_weights": {"level": ("sequence",), "batch_normalize": (True,)},
+        "rollout_rejection_mask": {"statistic": ("k1", "k2", "k3"), "level": ("seq_sum", "seq_max", "seq_all")},
+    }
 
     LOGPROBS_OP = "log_probs_from_logits"
     ENTROPY_OP = "compute_entropy"
@@ -185,6 +226,130 @@ class OpenRLHFAdapter(SubprocessAdapter):
 
     def _value_params(self, clip: float | None) -> dict[str, Any]:
         return {"clip_eps": None if clip is None else float(clip)}
+
+    # ------------------------------------------------------------------------------------------
+    # offpolicy.is_weights / offpolicy.rejection: PolicyLoss's rollout importance correction
+    # ------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def correction_init(level: str, mode: str, threshold: tuple[float, float], gating: str = "ratio") -> dict[str, Any]:
+        """``PolicyLoss`` keywords of the PPO loss with the rollout correction on (``models/loss.py:121-131``)."""
+        return {"policy_loss_type": "ppo", "is_correction_level": level, "is_correction_mode": mode,
+                "is_correction_gating": gating, "is_correction_threshold": [float(threshold[0]), float(threshold[1])]}
+
+    def _probe(self, old: np.ndarray, roll: np.ndarray, m: np.ndarray, init: dict[str, Any]) -> tuple[np.ndarray, float]:
+        """``PolicyLoss(**init)`` on the probe (module docstring): ``(coef [B, T] as OpenRLHF computes it,
+        its is_filter_ratio)``. Masked positions are sent as 0 (their ``coef`` is not read)."""
+        arrays = {"log_probs": io.clean(old, m), "old_log_probs": io.clean(old, m),
+                  "advantages": io.clean(np.full(old.shape, -1.0, dtype=old.dtype), m),
+                  "rollout_log_probs": io.clean(roll, m), "action_mask": io.as_mask_of(m, old.dtype)}
+        out = self._worker.call("policy_loss", arrays, {"init": init})["outputs"]
+        return np.asarray(out["per_token"]), float(out["is_filter_ratio"])
+
+    def is_correction_coef(self, old_logp: Any, rollout_logp: Any, mask: Any, *, level: str, mode: str,
+                           threshold: tuple[float, float], fn: str = "rollout_is_weights") -> np.ndarray:
+        """OpenRLHF's per-token correction coefficient for ``PolicyLoss(is_correction_level=level,
+        is_correction_mode=mode, is_correction_threshold=threshold)`` (gating ``"ratio"``), 0 where masked,
+        in ``old_logp``'s dtype."""
+        old, roll, m = self._rollout_inputs(fn, old_logp, rollout_logp, mask)
+        if not m.any():  # nothing to weigh (B = 0, or every row empty): the spec's all-0
+            return np.zeros(old.shape, dtype=old.dtype)
+        coef, _ = self._probe(old, roll, m, self.correction_init(level, mode, threshold))
+        return io.masked_out(coef, m, old.dtype)
+
+    def is_correction_keep(self, old_logp: Any, rollout_logp: Any, mask: Any, *, level: str,
+                           threshold: tuple[float, float], fn: str = "rollout_rejection_mask") -> np.ndarray:
+        """The keep decision of OpenRLHF's ``"mask"`` gate (ratio gating) at ``level`` ``"token"`` or ``"seq"``,
+        ``[B, T]`` bool, False where masked. ``coef`` is ``rho`` where kept and 0 where rejected
+        (``loss.py:238-239``); a kept unit whose ``rho`` underflowed to 0 is found through
+        ``is_filter_ratio`` (the fraction of rejected tokens, or of rejected rows over all ``B``, :243-246)."""
+        old, roll, m = self._rollout_inputs(fn, old_logp, rollout_logp, mask)
+        if not m.any():
+            return np.zeros(old.shape, dtype=bool)
+        init = self.correction_init(level, "mask", threshold)
+        coef, filtered = self._probe(old, roll, m, init)
+        nonzero = (coef != 0) & m
+        if level == "seq":
+            units = nonzero.any(axis=1)  # a kept row keeps every token; empty rows are rejected (NaN mean)
+            n_units = m.shape[0]
+            ambiguous = [(b,) for b in range(m.shape[0]) if m[b].any() and not units[b]]
+        else:
+            units = nonzero
+            n_units = int(m.sum())
+            ambiguous = [tuple(int(i) for i in ix) for ix in np.argwhere(m & ~nonzero)]
+        if ambiguous and round(filtered * n_units) != n_units - int(units.sum()):
+            for ix in ambiguous:  # ask each zero unit alone: its is_filter_ratio is 0 (kept) or 1 (rejected)
+                if level == "seq":
+                    b = ix[0]
+                    _, alone = self._probe(old[b:b + 1], roll[b:b + 1], m[b:b + 1], init)
+                else:
+                    one = np.zeros_like(m)
+                    one[ix] = True
+                    _, alone = self._probe(old, roll, one, init)
+                units[ix] = alone == 0.0
+        keep = np.broadcast_to(units[:, None], m.shape) if level == "seq" else units
+        return keep & m
+
+    def _rollout_inputs(self, fn: str, old_logp: Any, rollout_logp: Any, mask: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        old = io.float_array(fn, "old_logp", old_logp, 2)
+        roll = io.float_array(fn, "rollout_logp", rollout_logp, 2).astype(old.dtype)
+        m = io.check_mask(fn, mask, old.shape)
+        if roll.shape != old.shape:
+            raise io.fail(fn, "rollout_logp", f"expected [B, T] = {list(old.shape)}, got shape {roll.shape}")
+        io.check_finite(fn, "old_logp", old, m)
+        io.check_finite(fn, "rollout_logp", roll, m)
+        return old, roll, m
+
+    @staticmethod
+    def _bounds(fn: str, lo: Any, hi: Any) -> tuple[float, float]:
+        """``is_correction_threshold`` for the spec's ratio bounds: ``None`` is ``0.0`` (below) or ``inf``."""
+        for name, v in (("lo", lo), ("hi", hi)):
+            if v is not None and (isinstance(v, (bool, str)) or not np.isfinite(v) or v <= 0):
+                raise io.fail(fn, name, f"expected None or a finite ratio bound > 0, got {v!r}")
+        if lo is not None and hi is not None and lo > hi:
+            raise io.fail(fn, "lo", f"expected lo <= hi, got lo={lo!r} > hi={hi!r}")
+        return (0.0 if lo is None else float(lo)), (float("inf") if hi is None else float(hi))
+
+    def rollout_is_weights(self, old_logp: Any, rollout_logp: Any, mask: Any, *, level: str = "token", seq_stat: str = "product",
+                           mode: str = "truncate", lo: float | None = None, hi: float | None = 2.0,
+                           batch_normalize: bool = False) -> np.ndarray:
+        fn = "rollout_is_weights"
+        if level not in ("token", "sequence"):
+            raise io.fail(fn, "level", f"expected 'token' or 'sequence', got {level!r}")
+        if seq_stat not in ("product", "geometric"):
+            raise io.fail(fn, "seq_stat", f"expected 'product' or 'geometric', got {seq_stat!r}")
+        if mode not in ("none", "truncate", "mask"):
+            raise io.fail(fn, "mode", f"expected 'none', 'truncate' or 'mask', got {mode!r}")
+        if not isinstance(batch_normalize, (bool, np.bool_)):
+            raise io.fail(fn, "batch_normalize", f"expected a bool, got {batch_normalize!r}", TypeError)
+        low, high = self._bounds(fn, lo, hi)
+        if level == "sequence":
+            raise NotImplementedError("OpenRLHF's is_correction_level='seq' gates each row on the geometric mean but keeps "
+                                      "every surviving token's own rho, models/loss.py:223-239: never one weight per row")
+        if batch_normalize:
+            raise NotImplementedError("PolicyLoss never normalises the correction coefficient, models/loss.py:234-241")
+        if mode == "none":
+            gate, low, high = "mask", 0.0, float("inf")
+        else:
+            gate = "clip" if mode == "truncate" else "mask"
+        return self.is_correction_coef(old_logp, rollout_logp, mask, level="token", mode=gate, threshold=(low, high), fn=fn)
+
+    def rollout_rejection_mask(self, old_logp: Any, rollout_logp: Any, mask: Any, *, statistic: str = "ratio",
+                               level: str = "token", lo: float | None = None, hi: float | None = None) -> np.ndarray:
+        fn = "rollout_rejection_mask"
+        if statistic not in ("ratio", "k1", "k2", "k3"):
+            raise io.fail(fn, "statistic", f"expected 'ratio', 'k1', 'k2' or 'k3', got {statistic!r}")
+        if level not in ("token", "seq_sum", "seq_mean", "seq_max", "seq_all"):
+            raise io.fail(fn, "level", f"expected 'token', 'seq_sum', 'seq_mean', 'seq_max' or 'seq_all', got {level!r}")
+        if statistic != "ratio":
+            raise NotImplementedError(f"statistic={statistic!r}: PolicyLoss gates on the ratio or on the sampled token's "
+                                      "binary_kl / tv, models/loss.py:222-232, not on k1/k2/k3")
+        if level not in ("token", "seq_mean"):
+            raise NotImplementedError(f"level={level!r}: is_correction_level='seq' gates on the per-row mean only, "
+                                      "models/loss.py:223")
+        low, high = self._bounds(fn, lo, hi)
+        return self.is_correction_keep(old_logp, rollout_logp, mask, level="token" if level == "token" else "seq",
+                                       threshold=(low, high), fn=fn)
 
 
 __all__ = ["OpenRLHFAdapter"]

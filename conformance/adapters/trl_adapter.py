@@ -9,6 +9,8 @@ What is called (trl 1.16.0 wheel; paths relative to the package root ``trl/``):
 | ``token_logprobs_from_hidden`` / ``token_entropy_from_hidden`` | ``trainer/utils.py::add_fused_lm_head`` (:1548), i.e. ``kernels/chunked_logprob.py::ChunkedLogProbFunction``, the fused LM head the GRPO/RLOO trainers score tokens with |
 | ``grpo_advantages`` | ``GRPOTrainer._generate_and_score_completions`` (``trainer/grpo_trainer.py:2324``; advantages at :2761-2810) |
 | ``rloo_advantages`` | ``RLOOTrainer._generate_and_score_completions`` (``trainer/rloo_trainer.py``; advantages at :1664-1699) |
+| ``off_policy_sequence_mask`` | ``GRPOTrainer.get_off_policy_mask`` (``trainer/grpo_trainer.py:2944-2968``), a static method, on the completion columns |
+| ``rollout_is_weights`` | ``GRPOTrainer._generate_and_score_completions`` with ``use_vllm=True`` (the ratio at ``grpo_trainer.py:2659-2707``), through a stubbed vLLM backend (below) |
 
 Extras that are not core-API functions (checked by ``conformance/trl_checks.py``):
 ``grpo_loss`` (``GRPOTrainer._compute_loss``, ``grpo_trainer.py:3020-3292``) and ``rloo_loss``
@@ -16,6 +18,34 @@ Extras that are not core-API functions (checked by ``conformance/trl_checks.py``
 the gradient captured at the per-token log-probs, the final hidden states and the LM-head weight;
 ``grpo_current_logps`` / ``rloo_current_logps``, ``grpo_loss_types`` (read from the installed
 ``GRPOConfig``), ``selective_log_softmax_and_entropy`` and ``nanstd``.
+
+What loads TRL's rollout importance-sampling correction without vLLM (``rollout_is_weights``):
+TRL computes the ratio inline in ``_generate_and_score_completions`` (``grpo_trainer.py:2659-2707``: δ =
+(old − sampling)·mask, NaN → 0, summed per row for ``sequence_*``, ``exp``, then ``torch.clamp`` for
+``*_truncate`` or ``masked_fill(ρ < clip_min | ρ > clip_max, 0)`` for ``*_mask``), only when
+``self.use_vllm and self.vllm_importance_sampling_correction`` (:2660); nothing else in the package
+computes it (only ``grpo_trainer.py`` and ``grpo_config.py`` name it; ``_compute_loss`` multiplies by the
+precomputed ``inputs["importance_sampling_ratio"]``, :3146-3147, and VESPO reads it, :3125-3137).
+The ratio itself is plain torch; what needs vLLM is construction: ``GRPOConfig(use_vllm=True)`` makes
+``GRPOTrainer.__init__`` build ``VLLMGeneration`` (``grpo_trainer.py:1105-1138``, imported at :71), whose
+``_init_vllm`` raises ``ImportError("vLLM is not available ...")`` when ``vllm`` cannot be imported
+(``generation/vllm_generation.py:294-298``; the ``from vllm import LLM, RequestOutput, SamplingParams`` at :42-44 is
+guarded by ``is_vllm_available``) and otherwise opens a server connection or an in-process engine
+(:300-366). The adapter therefore builds the trainer from ``GRPOConfig(use_vllm=True,
+vllm_importance_sampling_mode=..., vllm_importance_sampling_clip_min/max=...)`` with that one name,
+``trl.trainer.grpo_trainer.VLLMGeneration``, replaced during construction by a stub that generates
+nothing (``_NoVLLM``), and generates through TRL's public ``rollout_func`` (``grpo_trainer.py:2200-2218``):
+it returns the completion ids, the rollout engine's log-probs (TRL's ``sampling_per_token_logps``,
+:2463-2476) and ``env_mask`` (TRL's ``tool_mask``, :2270-2272). Everything from the config to the ratio
+is TRL's own code. TRL recomputes ``old_per_token_logps`` itself (:2643-2657), so the adapter hands it
+``rollout = old_TRL − (old_logp − rollout_logp)``: TRL's ratio depends on the log-probs only through
+that difference, which is then the spec's δ up to float32 rounding (TRL's dtype). Mapping: ``level``
+token/sequence × ``mode`` truncate/mask → ``vllm_importance_sampling_mode`` ``token_truncate`` /
+``token_mask`` / ``sequence_truncate`` / ``sequence_mask``, ``lo``/``hi`` → ``clip_min``/``clip_max``.
+Not expressible in TRL (``NotImplementedError``): ``mode="none"`` (every TRL mode bounds),
+``seq_stat="geometric"`` (TRL's sequence ratio is the product), ``log_ratio_clamp``,
+``batch_normalize=True``, ``*_truncate`` with neither bound (``grpo_config.py:1162-1171`` rejects it) and
+``lo == hi`` (``clip_min < clip_max`` required, :1152-1160).
 
 Conventions this adapter converts (the checks never do):
 - TRL scores ``logits[:, :-1]`` against ``input_ids[:, 1:]``; the spec is token-aligned (position t is
@@ -38,7 +68,9 @@ Importing this module never imports TRL; constructing the adapter does, and a mi
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import os
 import re
 import tempfile
@@ -46,6 +78,7 @@ import threading
 import types
 import warnings
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -123,6 +156,51 @@ def _scatter_tokens(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return torch.cat([values.new_zeros(B, 1), tail], dim=1)
 
 
+def _check_finite_at(fn: str, name: str, x: torch.Tensor, valid: torch.Tensor) -> None:
+    if not bool(torch.isfinite(x[valid]).all()):
+        raise _fail(fn, name, "non-finite value at a valid position")
+
+
+def _check_bound(fn: str, name: str, x: Any) -> float | None:
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise _fail(fn, name, f"expected None or a float > 0, got {type(x).__name__}", TypeError)
+    if not (math.isfinite(x) and x > 0):
+        raise _fail(fn, name, f"expected None or a finite float > 0, got {x!r}")
+    return float(x)
+
+
+# spec (level, mode) -> GRPOConfig.vllm_importance_sampling_mode (grpo_config.py:925-962, trl 1.16.0)
+IS_MODES = {
+    ("token", "truncate"): "token_truncate",
+    ("token", "mask"): "token_mask",
+    ("sequence", "truncate"): "sequence_truncate",
+    ("sequence", "mask"): "sequence_mask",
+}
+
+
+def is_mode_to_spec(mode: str, clip_min: float | None, clip_max: float | None) -> dict[str, Any]:
+    """A TRL ``vllm_importance_sampling_mode`` with its clip bounds, as ``rollout_is_weights`` keywords."""
+    level, spec_mode = next(k for k, v in IS_MODES.items() if v == mode)
+    return {"level": level, "mode": spec_mode, "lo": clip_min, "hi": clip_max}
+
+
+class _NoVLLM:
+    """Stands in for ``trl.generation.vllm_generation.VLLMGeneration`` while a ``use_vllm=True`` trainer is
+    built (``grpo_trainer.py:1105-1138``): no engine, no server. Generation goes through ``rollout_func``;
+    ``_generate`` still calls ``sync_weights`` once per step (``grpo_trainer.py:2202-2205``)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+
+    def sync_weights(self) -> None:
+        pass
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("rlspec's TRL adapter generates through rollout_func, not vLLM")
+
+
 class _HeadOnlyBackbone(torch.nn.Module):
     """A backbone that returns the hidden states it was given (set just before each call)."""
 
@@ -147,6 +225,8 @@ class TRLAdapter:
     precision_notes = {
         "token_logprobs": "selective_log_softmax computes the softmax in the logits' dtype (bfloat16)",
         "token_entropy": "entropy_from_logits computes the softmax in the logits' dtype (bfloat16)",
+        "rollout_is_weights": "TRL's log-probs and ratio are float32: the trainer's old_per_token_logps and the "
+        "vLLM log-probs built by torch.tensor (grpo_trainer.py:2464-2470)",
     }
     supports_grad = True
     accepts_variants = False
@@ -271,7 +351,8 @@ class TRLAdapter:
             return self._world
 
     def extra_rows(self, seed: int) -> list[Any]:
-        """TRL-specific rows for `rlspec check`: every GRPO loss_type, RLOO's loss, bf16 paths."""
+        """TRL-specific rows for `rlspec check`: every GRPO loss_type, the rollout corrections (IS ratio,
+        OPSM) inside the GRPO loss, RLOO's loss, TRL's free helpers."""
         from conformance.trl_checks import extra_rows
 
         return extra_rows(self, seed)
@@ -287,6 +368,124 @@ class TRLAdapter:
         rewards, G = _check_groups("rloo_advantages", rewards, group_size)
         with self._lock:
             return self._world_().advantages("rloo", rewards, G)
+
+    # ------------------------------------------------------------------------------------------
+    # offpolicy.opsm: GRPOTrainer.get_off_policy_mask (static)
+    # offpolicy.is_weights: the vLLM importance-sampling correction of _generate_and_score_completions
+    # ------------------------------------------------------------------------------------------
+
+    def off_policy_sequence_mask(self, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: Any, *, threshold: float) -> torch.Tensor:
+        """``GRPOTrainer.get_off_policy_mask`` (``grpo_trainer.py:2944-2968``) on the completion columns
+        ``[:, 1:]`` (column j of TRL's tensors is spec position j + 1), with ``old_logp`` as TRL's
+        ``sampling_per_token_logps`` (what ``_compute_loss`` passes, :3068-3081) and the mask as TRL's
+        integer loss mask. Advantages: ``[B]`` becomes TRL's ``(B, 1)`` (``_compute_loss`` unsqueezes a
+        1-D tensor, :3058-3059); ``[B, T]`` is passed as ``(B, T - 1)``, the per-token advantages
+        ``_compute_loss`` accepts from subclasses (:3056-3059), which ``advantages >= 0`` broadcasts
+        against the row's ``(B, 1)`` mean (:2966-2968): the spec's per-token test, so every spec input is
+        expressible. TRL's keep is ``(B, 1)`` (or ``(B, T - 1)``); it is put back at the valid tokens."""
+        fn = "off_policy_sequence_mask"
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+            raise _fail(fn, "threshold", f"expected a real number, got {type(threshold).__name__}", TypeError)
+        if not math.isfinite(threshold):
+            raise _fail(fn, "threshold", f"expected a finite float, got {threshold!r}")
+        logp = _check_float(fn, "logp", logp, 2)
+        old_logp = _check_float(fn, "old_logp", old_logp, 2)
+        if old_logp.shape != logp.shape:
+            raise _fail(fn, "old_logp", f"expected shape {tuple(logp.shape)}, got {tuple(old_logp.shape)}")
+        mask = _check_mask(fn, mask, tuple(logp.shape))
+        B, T = mask.shape
+        if not isinstance(advantages, torch.Tensor) or not advantages.is_floating_point():
+            raise _fail(fn, "advantages", "expected a floating tensor", TypeError)
+        if tuple(advantages.shape) not in ((B,), (B, T)):
+            raise _fail(fn, "advantages", f"expected [B] = [{B}] or [B, T] = [{B}, {T}], got {tuple(advantages.shape)}")
+        _check_finite_at(fn, "logp", logp, mask)
+        _check_finite_at(fn, "old_logp", old_logp, mask)
+        if advantages.ndim == 1:
+            _check_finite_at(fn, "advantages", advantages, torch.ones(B, dtype=torch.bool))
+        else:
+            _check_finite_at(fn, "advantages", advantages, mask)
+        if B == 0 or T < 2:
+            return torch.zeros(B, T, dtype=torch.bool)
+        from trl import GRPOTrainer
+
+        valid = mask[:, 1:]
+        adv = advantages.unsqueeze(1) if advantages.ndim == 1 else advantages[:, 1:]
+        keep = GRPOTrainer.get_off_policy_mask(
+            advantages=adv,
+            per_token_logps=logp[:, 1:],
+            sampling_per_token_logps=old_logp[:, 1:],
+            mask=valid.long(),  # TRL's loss mask is completion_mask * tool_mask, integer (:3027)
+            off_policy_threshold=float(threshold),
+        )
+        kept = keep.bool().expand(B, T - 1) & valid
+        return torch.cat([torch.zeros(B, 1, dtype=torch.bool), kept], dim=1)
+
+    def rollout_is_weights(
+        self,
+        old_logp: torch.Tensor,
+        rollout_logp: torch.Tensor,
+        mask: Any,
+        *,
+        level: str = "token",
+        seq_stat: str = "product",
+        mode: str = "truncate",
+        lo: float | None = None,
+        hi: float | None = 2.0,
+        log_ratio_clamp: float | None = None,
+        batch_normalize: bool = False,
+    ) -> torch.Tensor:
+        """TRL's vLLM importance-sampling ratio (``grpo_trainer.py:2659-2707``), computed by
+        ``_generate_and_score_completions`` of a ``use_vllm=True`` trainer built around a stubbed vLLM
+        backend (module docstring). The output is TRL's ``importance_sampling_ratio`` (``(B, T - 1)`` or
+        ``(B, 1)``) at the valid tokens, 0 elsewhere, in ``old_logp``'s dtype."""
+        fn = "rollout_is_weights"
+        for name, value, allowed in (("level", level, ("token", "sequence")), ("seq_stat", seq_stat, ("product", "geometric")),
+                                     ("mode", mode, ("none", "truncate", "mask"))):
+            if not isinstance(value, str):
+                raise _fail(fn, name, f"expected a string, got {type(value).__name__}", TypeError)
+            if value not in allowed:
+                raise _fail(fn, name, f"expected one of {allowed}, got {value!r}")
+        lo, hi = _check_bound(fn, "lo", lo), _check_bound(fn, "hi", hi)
+        if lo is not None and hi is not None and lo > hi:
+            raise _fail(fn, "lo", f"expected lo <= hi, got lo={lo!r} > hi={hi!r}")
+        if log_ratio_clamp is not None and not (isinstance(log_ratio_clamp, (int, float)) and log_ratio_clamp > 0):
+            raise _fail(fn, "log_ratio_clamp", f"expected None or a float > 0, got {log_ratio_clamp!r}")
+        if not isinstance(batch_normalize, bool):
+            raise _fail(fn, "batch_normalize", f"expected a bool, got {type(batch_normalize).__name__}", TypeError)
+        old_logp = _check_float(fn, "old_logp", old_logp, 2)
+        rollout_logp = _check_float(fn, "rollout_logp", rollout_logp, 2)
+        if rollout_logp.shape != old_logp.shape:
+            raise _fail(fn, "rollout_logp", f"expected shape {tuple(old_logp.shape)}, got {tuple(rollout_logp.shape)}")
+        mask = _check_mask(fn, mask, tuple(old_logp.shape))
+        _check_finite_at(fn, "old_logp", old_logp, mask)
+        _check_finite_at(fn, "rollout_logp", rollout_logp, mask)
+        # What GRPOConfig cannot express (module docstring)
+        if mode == "none":
+            raise NotImplementedError("mode='none': every TRL vllm_importance_sampling_mode bounds the ratio")
+        if level == "sequence" and seq_stat == "geometric":
+            raise NotImplementedError("seq_stat='geometric': TRL's sequence ratio is the product, grpo_trainer.py:2667-2672")
+        if log_ratio_clamp is not None:
+            raise NotImplementedError("log_ratio_clamp: TRL does not clamp the log-ratio")
+        if batch_normalize:
+            raise NotImplementedError("batch_normalize=True: TRL does not normalise the ratio")
+        if mode == "truncate" and lo is None and hi is None:
+            raise NotImplementedError("truncate without bounds: GRPOConfig requires clip_min or clip_max, grpo_config.py:1162-1171")
+        if lo is not None and lo == hi:
+            raise NotImplementedError("lo == hi: GRPOConfig requires clip_min < clip_max, grpo_config.py:1152-1160")
+        B, T = mask.shape
+        valid = mask[:, 1:]
+        if B == 0 or not bool(valid.any()):
+            return torch.zeros(B, T, dtype=old_logp.dtype)
+        delta = torch.where(valid, old_logp[:, 1:].detach().double() - rollout_logp[:, 1:].detach().double(), 0.0)
+        config = {
+            "vllm_importance_sampling_mode": IS_MODES[(level, mode)],
+            "vllm_importance_sampling_clip_min": lo,
+            "vllm_importance_sampling_clip_max": hi,
+        }
+        with self._lock:
+            ratio = self._world_().is_ratio(delta, valid, config)["importance_sampling_ratio"]
+        w = torch.where(valid, ratio.to(torch.float64).expand(B, T - 1), 0.0)
+        return torch.cat([torch.zeros(B, 1, dtype=torch.float64), w], dim=1).to(old_logp.dtype)
 
     # ------------------------------------------------------------------------------------------
     # GRPOTrainer._compute_loss (extra, not a core-API function)
@@ -324,13 +523,18 @@ class TRLAdapter:
 
         ``batch`` holds TRL's keys: ``prompt_ids`` / ``prompt_mask`` ([B, P], left-padded),
         ``completion_ids`` / ``completion_mask`` ([B, C], right-padded), ``advantages`` ([B] or [B, C]),
-        optional ``tool_mask``, ``old_per_token_logps``, ``ref_per_token_logps`` ([B, C]) and
-        ``num_items_in_batch`` (default: the number of loss tokens). Returned (torch, detached):
-        ``loss``; ``input_ids``, ``mask`` (spec [B, T] with T = P + C); ``hidden`` [B, T, D] (final norm
-        output), ``weight`` [V, D] (LM head); ``logp`` [B, T] (TRL's log-probs, token-aligned);
-        ``old_logp``, ``ref_logp``, ``advantages`` in spec layout; ``grad_logp`` [B, T],
-        ``grad_entropy`` [B, T] (dL/d of the per-token outputs of the fused head), ``grad_hidden``,
-        ``grad_weight``; and the effective trainer settings (``temperature``, ``epsilon_low``, ...).
+        optional ``tool_mask``, ``old_per_token_logps``, ``ref_per_token_logps``,
+        ``sampling_per_token_logps`` ([B, C]), ``importance_sampling_ratio`` ([B, C] or [B, 1]; TRL reads it
+        only with ``use_vllm=True``, :3146, so such a config builds the trainer around the stubbed vLLM
+        backend of the module docstring) and ``num_items_in_batch`` (default: the number of loss tokens).
+        Returned (torch, detached): ``loss``; ``input_ids``, ``mask`` (spec [B, T] with T = P + C);
+        ``hidden`` [B, T, D] (final norm output), ``weight`` [V, D] (LM head); ``logp`` [B, T] (TRL's
+        log-probs, token-aligned); ``old_logp``, ``ref_logp``, ``sampling_logp``, ``is_ratio`` (broadcast
+        over the completion), ``advantages`` in spec layout; ``grad_logp`` [B, T], ``grad_entropy`` [B, T]
+        (dL/d of the per-token outputs of the fused head), ``grad_hidden``, ``grad_weight``; and the
+        effective trainer settings (``temperature``, ``epsilon_low``, ..., ``is_correction``: whether
+        ``_compute_loss`` multiplies by the ratio, ``is_mode`` / ``is_clip_min`` / ``is_clip_max``,
+        ``off_policy_mask_threshold``).
         """
         with self._lock:
             return self._world_().loss(batch, config)
@@ -366,16 +570,26 @@ class _TinyWorld:
         self.tokenizer.save_pretrained(self.model_dir)
         self._trainers: dict[tuple, Any] = {}
         self._reward_table: list[float] = []
+        self._rollout_next: dict[str, Any] | None = None  # what rollout_func returns next
         self._advantages: dict[tuple, torch.Tensor] = {}  # the suite re-asks the same case while fingerprinting
 
     # reward function: the requested reward of each row, found by the row index column
     def _reward(self, prompts: list, completions: list, rlspec_index: list[int], **_: Any) -> list[float]:
         return [self._reward_table[i] for i in rlspec_index]
 
+    def _rollout(self, prompts: list, trainer: Any) -> dict[str, Any]:
+        """``rollout_func`` (``grpo_trainer.py:2200-2218``): the completions and rollout log-probs set by
+        :meth:`is_ratio`."""
+        out, self._rollout_next = self._rollout_next, None
+        if out is None:
+            raise RuntimeError("rlspec: no rollout prepared")
+        return out
+
     def _trainer(self, kind: str, config: dict[str, Any]) -> Any:
         key = (kind, tuple(sorted(config.items())))
         if key in self._trainers:
             return self._trainers[key]
+        import trl.trainer.grpo_trainer as grpo_module
         from datasets import Dataset
 
         if kind == "grpo":
@@ -398,11 +612,18 @@ class _TinyWorld:
             seed=0,
         )
         base.update(config)
+        extra: dict[str, Any] = {}
+        # use_vllm=True: GRPOTrainer.__init__ would build VLLMGeneration, which needs vllm installed and an
+        # engine or server (module docstring); the stub stands in for it during construction only, and
+        # rollout_func generates.
+        no_vllm = mock.patch.object(grpo_module, "VLLMGeneration", _NoVLLM) if base.get("use_vllm") else contextlib.nullcontext()
+        if base.get("use_vllm"):
+            extra["rollout_func"] = self._rollout
         trl_logger = logging.getLogger("trl")
         level = trl_logger.level
         trl_logger.setLevel(logging.ERROR)  # the advice TRL logs for deliberately unusual configurations
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), no_vllm:
                 warnings.simplefilter("ignore")
                 args = Config(**base)
                 trainer = Trainer(
@@ -411,6 +632,7 @@ class _TinyWorld:
                     args=args,
                     train_dataset=Dataset.from_dict({"prompt": [_PROMPT] * 2, "rlspec_index": [0, 1]}),
                     processing_class=self.tokenizer,
+                    **extra,
                 )
         finally:
             trl_logger.setLevel(level)
@@ -441,6 +663,39 @@ class _TinyWorld:
         trainer.model.train(True)
         self._advantages[key] = out["advantages"].detach().clone()
         return self._advantages[key].clone()
+
+    def is_ratio(self, delta: torch.Tensor, valid: torch.Tensor, config: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Run ``GRPOTrainer._generate_and_score_completions`` of a ``use_vllm=True`` trainer (eval mode, one
+        generation per prompt, so any B) on B completions of width C = ``valid.shape[1]`` whose rollout
+        log-probs are TRL's own recomputed ``old_per_token_logps`` minus ``delta`` ([B, C] float64, 0 where
+        ``valid`` is False), with ``env_mask = valid``; return TRL's output (``importance_sampling_ratio``,
+        ``old_per_token_logps``, ``sampling_per_token_logps``, ...)."""
+        cfg = dict(config, use_vllm=True, vllm_importance_sampling_correction=True,
+                   num_generations_eval=1, per_device_eval_batch_size=1)
+        trainer = self._trainer("grpo", cfg)
+        B, C = valid.shape
+        prompt_ids = [[3]] * B  # "w0"
+        completion_ids = [[3 + (b + t) % (TINY_LLAMA["vocab_size"] - 3) for t in range(C)] for b in range(B)]
+        ids = torch.tensor([p + c for p, c in zip(prompt_ids, completion_ids)])
+        trainer.model.eval()
+        try:
+            with torch.no_grad():
+                # the same call, chunking (per_device_eval_batch_size) and inputs as TRL's (grpo_trainer.py:2643-2657)
+                old, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, torch.ones_like(ids), C, batch_size=1)
+            self._rollout_next = {
+                "prompt_ids": prompt_ids,
+                "completion_ids": completion_ids,
+                "logprobs": (old.double() - delta).tolist(),
+                "env_mask": valid.int().tolist(),
+            }
+            self._reward_table = [0.0] * B
+            with torch.random.fork_rng(), torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out = trainer._generate_and_score_completions([{"prompt": _PROMPT, "rlspec_index": i} for i in range(B)])
+        finally:
+            self._rollout_next = None
+            trainer.model.train(True)
+        return out
 
     # -------------------------------------------------------------------------------------------
     # GRPO loss
@@ -518,6 +773,7 @@ class _TinyWorld:
             out[:, 1:] = x.detach().to(torch.float64)
             return out
 
+        is_ratio = batch.get("importance_sampling_ratio")
         adv = batch["advantages"].detach().to(torch.float64)
         if adv.ndim == 2:
             adv = spec_completion(adv)
@@ -566,7 +822,15 @@ class _TinyWorld:
             "use_bias_correction_kl": bool(trainer.args.use_bias_correction_kl),
             "entropy_coef": float(getattr(trainer, "entropy_coef", 0.0) or 0.0),
             "max_completion_length": int(trainer.max_completion_length),
+            # the rollout corrections (grpo_trainer.py:3068-3081, :3140-3147)
+            "sampling_logp": spec_completion(batch.get("sampling_per_token_logps")),
+            "is_ratio": None if is_ratio is None else spec_completion(is_ratio.expand(B, C)),
+            "is_correction": bool(trainer.use_vllm and trainer.vllm_importance_sampling_correction and trainer.loss_type != "vespo"),
+            "is_mode": trainer.vllm_importance_sampling_mode,
+            "is_clip_min": trainer.vllm_importance_sampling_clip_min,
+            "is_clip_max": trainer.vllm_importance_sampling_clip_max,
+            "off_policy_mask_threshold": trainer.off_policy_mask_threshold,
         }
 
 
-__all__ = ["TRLAdapter"]
+__all__ = ["TRLAdapter", "IS_MODES", "is_mode_to_spec"]

@@ -22,12 +22,17 @@ What is called (verl 0.9.1; paths relative to ``verl/``):
 | ``cispo_token_loss`` | ``core_algos.py::compute_policy_loss_cispo`` (:2048): idem |
 | ``value_token_loss`` | ``core_algos.py::compute_value_loss`` (:2125): ½ × the matrix it aggregates (verl applies the ½ after ``agg_loss``, :2171) |
 | ``aggregate`` | ``core_algos.py::agg_loss`` (:1140) with the global batch info the engine passes (``workers/utils/losses.py:57-69``) |
+| ``rollout_is_weights`` | ``trainer/ppo/rollout_corr_helper.py::compute_rollout_correction_and_rejection_mask`` (:786) with ``rollout_is`` set: ``compute_rollout_correction_weights`` (:522) on ``log_ratio = old - rollout`` (:849) |
+| ``rollout_rejection_mask`` | idem with ``rollout_rs`` set: ``compute_rollout_rejection_mask`` (:197); the modified ``response_mask`` is the keep mask |
+| ``decoupled_ppo_token_loss`` | decoupled mode: ``compute_rollout_correction_and_add_to_batch`` (:1013) with ``rollout_is="token"`` on (old = prox, rollout = behav), then ``compute_policy_loss_vanilla`` (:1286) against ``old_log_prob`` = prox with those ``rollout_is_weights`` (``pg_losses * rollout_is_weights``, :1365): the matrix it aggregates |
 
 Everything else verl computes as a scalar or with a setting the core API cannot ask for is checked by
 ``conformance/frameworks/verl_checks.py`` (``extra_rows``): GRPO with and without std scaling, the
 vectorised estimators, every ``agg_loss`` mode with and without global batch info and split over two
 data-parallel ranks, the aggregated policy and value losses (value and gradient), ``kl_penalty``'s
-``"abs"`` and straight-through ``"k3+"``, and GAE's whitened advantages.
+``"abs"`` and straight-through ``"k3+"``, GAE's whitened advantages, the k1 rejection bounds read as
+verl documents them, and the decoupled (sequence-level IS) and bypass-mode (``ppo_clip`` with
+rejection, ``reinforce`` with IS) policy losses.
 
 Conventions this adapter converts (the checks never do):
 - verl's losses take response tensors ``[B, R]`` with a ``response_mask``; the spec's ``[B, T]``
@@ -49,6 +54,34 @@ Conventions this adapter converts (the checks never do):
 - ``aggregate``: ``num_tokens``/``num_seqs`` become ``batch_num_tokens``/``global_batch_size`` (default:
   the batch's own token count and ``B``, as the engine sets them); ``norm_length`` becomes
   ``loss_scale_factor``.
+- Rollout correction (spec v1.1): ``RolloutCorrectionConfig`` settings only as verl documents them
+  (``trainer/config/algorithm.py:86-125``), never a value outside the documented forms (no infinite
+  threshold, no near-zero lower bound standing in for "none"). What they cannot ask for raises
+  ``NotImplementedError`` (the runner reports those cases "not implemented" and checks the rest):
+  - ``rollout_is_weights``: ``level`` -> ``rollout_is`` (``"sequence"`` is verl's product of ratios,
+    :578-586; ``seq_stat="geometric"`` has no IS setting); ``mode="truncate"`` with ``hi`` and no ``lo``
+    -> the float threshold ``hi`` (TIS, ``clamp(max=hi)``, :596); ``mode="mask"`` with both bounds ->
+    the string ``"lo_hi"`` (IcePop, :599-604); ``batch_normalize`` -> ``rollout_is_batch_normalize``.
+    Not expressible: ``mode="none"`` (verl always truncates or masks), a truncation lower bound, a
+    missing ``hi``, a mask without both bounds (IcePop's lower bound must be > 0, :123-125).
+    ``log_ratio_clamp``: verl always clamps at ``SAFETY_BOUND`` = 20 (:75, :575, :585), so only None
+    (the canonical value the runner holds the row to: the ``verl`` preset names the clamp) and 20.
+  - ``rollout_rejection_mask``: ``(statistic, level)`` -> the ``rollout_rs`` option
+    ``<level>_<statistic>`` (``token_k1`` ... ``seq_max_k3``, :77-89). k2/k3 take an upper bound only
+    (the threshold string ``repr(hi)``). k1 takes a ``"lo_hi"`` pair that verl documents as *ratio*
+    bounds and compares as ``log lo <= -log_ratio <= log hi`` (:263, :300-301, :316); the spec's k1 bounds
+    (``kl_of="rollout_old"``: k1 = rollout - old = ``-log_ratio``) are bounds on that statistic, so the
+    faithful translation is ``lo_verl = exp(lo)``, ``hi_verl = exp(hi)``: verl then tests exactly
+    ``lo <= k1 <= hi``. (Whether a ``"lo_hi"`` pair means bounds on pi_old/pi_rollout, as verl's docs
+    read, or on its inverse, as verl computes, is the ``verl.compute_rollout_rejection_mask[*_k1,...]``
+    rows of ``verl_checks.py``.) Not expressible: ``statistic="ratio"`` (no ratio option:
+    the IS ``"lo_hi"`` mask is ``rollout_is_weights``), ``level="seq_all"``, ``seq_max_k1``, a k1
+    bound missing (verl needs both, :295-299), a k2/k3 lower bound or a missing upper bound,
+    ``kl_of="old_rollout"``.
+  - ``decoupled_ppo_token_loss``: verl's decoupled mode with token-level TIS: ``behav_cap`` -> the
+    float ``rollout_is_threshold``, the PPO clip settings as for ``ppo_token_loss``. Not expressible:
+    ``behav_cap=None`` (verl's weight always has a threshold, and ``rollout_is=None`` applies no
+    weight at all, :854), ``behav_mode="mask"`` (IcePop needs a lower bound > 0).
 
 Importing this module never starts verl; constructing the adapter does, and a missing environment
 raises ``AdapterLoadError("... cannot import ...")`` so ``rlspec check`` shows a "not installed" row.
@@ -56,6 +89,7 @@ raises ``AdapterLoadError("... cannot import ...")`` so ``rlspec check`` shows a
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -70,6 +104,11 @@ class VerlAdapter(SubprocessAdapter):
     name = "verl"
     dtypes = ("float64", "float32")
     checks_module = "conformance.frameworks.verl_checks"
+    precision_notes = {
+        # utils/torch_functional.py:308: masked_mean divides by (n + 1e-8); rollout_corr_helper.py:628-655
+        # takes the batch mean with it (token level, and each row's weight at sequence level)
+        "rollout_is_weights": "batch_normalize divides by masked_mean, whose count has + 1e-8 (relative 1e-8/n)",
+    }
 
     LOGPROBS_OP = "logprobs_from_logits"
     ENTROPY_OP = "entropy_from_logits"
@@ -183,6 +222,153 @@ class VerlAdapter(SubprocessAdapter):
 
     def _value_params(self, clip: float | None) -> dict[str, Any]:
         return {"cliprange_value": float("inf") if clip is None else float(clip), "loss_agg_mode": "token-mean"}
+
+    # ------------------------------------------------------------------------------------------
+    # spec v1.1: rollout correction (rollout_corr_helper.py), see the module docstring
+    # ------------------------------------------------------------------------------------------
+
+    SAFETY_BOUND = 20.0  # rollout_corr_helper.py:75: every log-ratio is clamped to +-20 before exp
+
+    def _rollout_inputs(self, fn: str, old_logp: Any, rollout_logp: Any, mask: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """Validated (old, rollout, mask) and the ``rollout_correction`` op's arrays (masked inputs sent as 0)."""
+        old = io.float_array(fn, "old_logp", old_logp, 2)
+        rollout = io.float_array(fn, "rollout_logp", rollout_logp, 2).astype(old.dtype)
+        if rollout.shape != old.shape:
+            raise io.fail(fn, "rollout_logp", f"expected [B, T] = {list(old.shape)}, got shape {rollout.shape}")
+        m = io.check_mask(fn, mask, old.shape)
+        io.check_finite(fn, "old_logp", old, m)
+        io.check_finite(fn, "rollout_logp", rollout, m)
+        arrays = {"old_log_prob": io.clean(old, m), "rollout_log_prob": io.clean(rollout, m),
+                  "response_mask": io.as_mask_of(m, old.dtype)}
+        return old, rollout, m, arrays
+
+    @staticmethod
+    def _choice(fn: str, name: str, value: Any, allowed: tuple[str, ...]) -> str:
+        if not isinstance(value, str):
+            raise io.fail(fn, name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}", TypeError)
+        if value not in allowed:
+            raise io.fail(fn, name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
+        return value
+
+    def _is_settings(self, level: str, seq_stat: str, mode: str, lo: float | None, hi: float | None,
+                     log_ratio_clamp: float | None, batch_normalize: bool) -> dict[str, Any]:
+        """The ``RolloutCorrectionConfig`` IS fields for the spec's keywords (NotImplementedError where
+        verl has no setting)."""
+        fn = "rollout_is_weights"
+        self._choice(fn, "level", level, ("token", "sequence"))
+        self._choice(fn, "seq_stat", seq_stat, ("product", "geometric"))
+        self._choice(fn, "mode", mode, ("none", "truncate", "mask"))
+        if not isinstance(batch_normalize, (bool, np.bool_)):
+            raise io.fail(fn, "batch_normalize", f"expected a bool, got {batch_normalize!r}", TypeError)
+        if log_ratio_clamp not in (None, self.SAFETY_BOUND):
+            raise NotImplementedError(f"verl clamps the log-ratio at SAFETY_BOUND = 20, rollout_corr_helper.py:75, "
+                                      f"not at {log_ratio_clamp!r}")
+        if level == "sequence" and seq_stat == "geometric":
+            raise NotImplementedError("rollout_is='sequence' is the product of ratios, rollout_corr_helper.py:578-586; "
+                                      "verl has no geometric-mean IS weight")
+        if mode == "none":
+            raise NotImplementedError("verl's IS weight is always truncated by a float threshold or masked by a "
+                                      "'lower_upper' one, rollout_corr_helper.py:593-604")
+        if mode == "truncate":
+            if lo is not None:
+                raise NotImplementedError("TIS truncates from above only, rollout_corr_helper.py:596")
+            if hi is None:
+                raise NotImplementedError("TIS needs a positive float threshold, rollout_corr_helper.py:121-122; None turns IS off, :854")
+            threshold: Any = float(hi)
+        else:
+            if lo is None or hi is None:
+                raise NotImplementedError("IcePop's 'lower_upper' threshold needs both bounds, the lower one > 0, "
+                                          "rollout_corr_helper.py:105-110, :123-125")
+            threshold = f"{float(lo)!r}_{float(hi)!r}"
+        return {"rollout_is": level, "rollout_is_threshold": threshold, "rollout_is_batch_normalize": bool(batch_normalize)}
+
+    def rollout_is_weights(self, old_logp: Any, rollout_logp: Any, mask: Any, *, level: str = "token",
+                           seq_stat: str = "product", mode: str = "truncate", lo: float | None = None,
+                           hi: float | None = 2.0, log_ratio_clamp: float | None = None,
+                           batch_normalize: bool = False) -> np.ndarray:
+        old, _, m, arrays = self._rollout_inputs("rollout_is_weights", old_logp, rollout_logp, mask)
+        settings = self._is_settings(level, seq_stat, mode, lo, hi, log_ratio_clamp, batch_normalize)
+        out = self._worker.call("rollout_correction", arrays, settings)["outputs"]["rollout_is_weights"]
+        return io.masked_out(out, m, old.dtype)
+
+    RS_LEVELS = ("token", "seq_sum", "seq_mean", "seq_max")
+
+    def _rs_settings(self, statistic: str, level: str, lo: float | None, hi: float | None, kl_of: str) -> dict[str, Any]:
+        """``rollout_rs`` and ``rollout_rs_threshold`` for the spec's keywords (NotImplementedError where
+        verl has no option)."""
+        fn = "rollout_rejection_mask"
+        self._choice(fn, "statistic", statistic, ("ratio", "k1", "k2", "k3"))
+        self._choice(fn, "level", level, ("token", "seq_sum", "seq_mean", "seq_max", "seq_all"))
+        self._choice(fn, "kl_of", kl_of, ("rollout_old", "old_rollout"))
+        if statistic == "ratio":
+            raise NotImplementedError("rollout_rs has no ratio option, only k1/k2/k3, rollout_corr_helper.py:77-89; "
+                                      "verl's ratio mask is the IS 'lower_upper' threshold of rollout_is_weights")
+        if level == "seq_all":
+            raise NotImplementedError("rollout_rs has no every-token outlier sequence option, rollout_corr_helper.py:77-89")
+        option = f"{level}_{statistic}"
+        if option == "seq_max_k1":
+            raise NotImplementedError("rollout_rs has no seq_max_k1, rollout_corr_helper.py:77-89")
+        if kl_of != "rollout_old":
+            raise NotImplementedError("verl's k1/k2/k3 are of d = rollout - old: k1 = -log_ratio, rollout_corr_helper.py:263-265")
+        if statistic == "k1":
+            if lo is None or hi is None:
+                raise NotImplementedError("k1 options need both bounds of a 'lower_upper' threshold, rollout_corr_helper.py:295-299")
+            # faithful translation of the spec's bounds on k1 = rollout - old = -log_ratio: verl compares
+            # -log_ratio with [log lower, log upper] (:300-301, :316), so lower = exp(lo), upper = exp(hi)
+            threshold = f"{math.exp(float(lo))!r}_{math.exp(float(hi))!r}"
+        else:
+            if lo is not None:
+                raise NotImplementedError(f"{statistic} options take an upper bound only, rollout_corr_helper.py:178-192")
+            if hi is None:
+                raise NotImplementedError("rollout_rs_threshold is required, rollout_corr_helper.py:135-136")
+            threshold = repr(float(hi))
+        return {"rollout_rs": option, "rollout_rs_threshold": threshold}
+
+    def rollout_rejection_mask(self, old_logp: Any, rollout_logp: Any, mask: Any, *, statistic: str = "ratio",
+                               level: str = "token", lo: float | None = None, hi: float | None = None,
+                               kl_of: str = "rollout_old") -> np.ndarray:
+        _, _, m, arrays = self._rollout_inputs("rollout_rejection_mask", old_logp, rollout_logp, mask)
+        settings = self._rs_settings(statistic, level, lo, hi, kl_of)
+        return self.rejection_mask(arrays, m, settings)
+
+    def rejection_mask(self, arrays: dict[str, np.ndarray], m: np.ndarray, settings: dict[str, Any]) -> np.ndarray:
+        """The ``rollout_correction`` op's modified ``response_mask`` as a bool keep mask (False where ``m`` is)."""
+        out = self._worker.call("rollout_correction", arrays, settings)["outputs"]["response_mask"]
+        return (np.asarray(out) > 0.5) & m
+
+    def _decoupled(self, logp: Any, prox_logp: Any, behav_logp: Any, advantages: Any, mask: Any, eps_low: float,
+                   eps_high: float, dual_clip: float | None, behav_cap: float | None, behav_mode: str,
+                   upstream: Any = None) -> np.ndarray:
+        fn = "decoupled_ppo_token_loss"
+        self._choice(fn, "behav_mode", behav_mode, ("truncate", "mask"))
+        lp = io.float_array(fn, "logp", logp, 2)
+        prox = io.float_array(fn, "prox_logp", prox_logp, 2).astype(lp.dtype)
+        behav = io.float_array(fn, "behav_logp", behav_logp, 2).astype(lp.dtype)
+        m = io.check_mask(fn, mask, lp.shape)
+        if behav_cap is None:
+            raise NotImplementedError("verl's decoupled IS weight always has a threshold; rollout_is=None applies no weight, "
+                                      "rollout_corr_helper.py:854")
+        if behav_mode == "mask":
+            raise NotImplementedError("a weight masked above a cap only: IcePop's 'lower_upper' needs a lower bound > 0, "
+                                      "rollout_corr_helper.py:123-125")
+        arrays = {"log_prob": io.clean(lp, m), "old_log_prob": io.clean(prox, m), "rollout_log_prob": io.clean(behav, m),
+                  "advantages": io.per_token(advantages, m, fn, lp.dtype), "response_mask": io.as_mask_of(m, lp.dtype)}
+        params = {**self._ppo_params(eps_low, eps_high, dual_clip),
+                  "rollout_correction": {"rollout_is": "token", "rollout_is_threshold": float(behav_cap), "rollout_rs": None,
+                                         "bypass_mode": False}}
+        return self._token_op("policy_loss", arrays, params, "per_token", "log_prob", m, lp.dtype, upstream)
+
+    def decoupled_ppo_token_loss(self, logp: Any, prox_logp: Any, behav_logp: Any, advantages: Any, mask: Any, *,
+                                 eps_low: float = 0.2, eps_high: float = 0.2, dual_clip: float | None = None,
+                                 behav_cap: float | None = None, behav_mode: str = "truncate") -> np.ndarray:
+        return self._decoupled(logp, prox_logp, behav_logp, advantages, mask, eps_low, eps_high, dual_clip, behav_cap, behav_mode)
+
+    def decoupled_ppo_token_loss_grad(self, logp: Any, prox_logp: Any, behav_logp: Any, advantages: Any, mask: Any,
+                                      upstream: Any, *, eps_low: float = 0.2, eps_high: float = 0.2,
+                                      dual_clip: float | None = None, behav_cap: float | None = None,
+                                      behav_mode: str = "truncate") -> np.ndarray:
+        return self._decoupled(logp, prox_logp, behav_logp, advantages, mask, eps_low, eps_high, dual_clip, behav_cap,
+                               behav_mode, upstream)
 
     # ------------------------------------------------------------------------------------------
     # agg.*

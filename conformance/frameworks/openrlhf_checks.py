@@ -3,7 +3,11 @@ with the trainer's normalisers, and over two data-parallel ranks), the aggregate
 asymmetric clip, dual-clip, gspo) and ``ValueLoss`` (value and gradient), ``compute_approx_kl`` per
 estimator and with ``unbiased_gradient=True``, and the estimators of
 ``RemoteExperienceMaker.compute_advantages_and_returns`` (group_norm, dr_grpo, rloo, flash_reinforce,
-reinforce_baseline and gae with their batch whitening).
+reinforce_baseline and gae with their batch whitening), and the rollout-engine importance correction
+inside ``PolicyLoss`` (spec v1.1 ``offpolicy.*``): the coefficient and keep decision per setting
+(``openrlhf.PolicyLoss.is_coef[...]`` / ``is_keep[...]``), the ``"seq"`` coefficient as the composition it is,
+and the corrected loss ``openrlhf.PolicyLoss[ppo,is_correction=...]`` against ``w · ppo_token_loss``
+aggregated as OpenRLHF aggregates (value and gradient).
 
 Entry point: ``extra_rows(adapter, seed) -> list[RowResult]``; ids like ``openrlhf.aggregate_loss[sample,trainer]``,
 ``openrlhf.PolicyLoss[ppo,dual_clip=3.0]``, ``openrlhf.advantages[group_norm]``. Loss rows are checked as in
@@ -15,7 +19,7 @@ valid token. The spec counts every row in ``S`` (``aggregate``: "a row with n_b 
 S"), so sample-level rows with an empty completion match the variant ``num_seqs = rows with a valid token``.
 
 Sources: openrlhf 0.11.2, ``openrlhf/models/loss.py`` (``aggregate_loss`` :11-39, ``PolicyLoss`` :116-259,
-``ValueLoss`` :262-298), ``openrlhf/models/utils.py`` (``compute_approx_kl`` :69-128, ``compute_reward``
+``ValueLoss`` :262-298; the ``is_correction_*`` options :128-131, :158-172, applied at :216-247), ``openrlhf/models/utils.py`` (``compute_approx_kl`` :69-128, ``compute_reward``
 :131-158), ``openrlhf/trainer/ppo_utils/experience_maker.py`` (:238-387).
 """
 
@@ -28,6 +32,7 @@ import numpy as np
 
 import oracle
 from conformance.frameworks.checks import (
+    B,
     Candidate,
     FunctionView,
     aggregate_eval,
@@ -49,6 +54,7 @@ from conformance.frameworks.checks import (
 )
 from conformance.suite import RowResult
 from conformance.tolerances import tolerance
+from conformance.trl_checks import Piece
 
 DTYPE = "float32"
 KINKS = tuple(math.log(x) for x in (0.8, 1.2, 1.28, 3.0))
@@ -338,9 +344,184 @@ def gae_row(adapter: Any, seed: int, gamma: float, lam: float) -> RowResult:
                            "openrlhf.compute_advantages_and_returns", adapter, got, cands, tol, seed=seed)
 
 
+# ---------------------------------------------------------------------------------------------
+# The rollout-engine importance correction (spec v1.1: offpolicy.is_weights, offpolicy.rejection)
+# ---------------------------------------------------------------------------------------------
+
+IS_DEFAULT = (0.5, 5.0)  # is_correction_threshold default (loss.py:131, cli/train_ppo_ray.py:285-289)
+IS_KINKS = tuple(math.log(x) for x in (*IS_DEFAULT, 0.8, 1.25))  # the bounds of the rows below, as log-ratios
+# (row of loss_mask(), target mean of log rho = old - rollout): row 0 kept at seq level with tokens beyond
+# [0.5, 5] (the token gate drops them, the seq gate keeps their own rho); row 1's geometric mean is above 5,
+# row 3's below 0.5 (both dropped whole); row 2 is one token above 5; row 4 is empty; row 5 is kept.
+ROW_MEANS = (0.1, 2.0, 1.9, -1.0, 0.0, 0.4)
+
+
+def _away(x: np.ndarray, kinks: tuple[float, ...], margin: float = 0.03) -> bool:
+    return bool(np.all(np.abs(np.asarray(x, dtype=np.float64)[..., None] - np.asarray(kinks)) > margin))
+
+
+def rollout_batch(seed: int) -> dict[str, np.ndarray]:
+    """The loss batch (PPO log-ratios away from the clip kinks) and ``rollout_logp`` = old_logp - log rho,
+    with log rho per token away from every bound of the rows (``IS_KINKS``) and each row's mean at
+    ``ROW_MEANS`` (geometric means inside and outside [0.5, 5]); finite garbage where masked."""
+    batch = round_batch(loss_batch(seed, kinks=KINKS), DTYPE)
+    m = batch["mask"]
+    rng = np.random.default_rng(seed + 23)
+    d = np.zeros(m.shape)
+    for b in range(B):
+        n = int(m[b].sum())
+        while n:
+            x = rng.choice([-1.0, 1.0], size=n) * rng.uniform(0.1, 2.2, size=n)
+            x += ROW_MEANS[b] - x.mean()
+            if _away(x, IS_KINKS) and (n == 1 or (np.abs(x) > 1.7).any()):
+                d[b][m[b]] = x
+                break
+    rollout = np.where(m, batch["old_logp"] - d, rng.uniform(-3.0, 0.0, size=m.shape))
+    return {**batch, "rollout_logp": round_batch({"r": rollout}, DTYPE)["r"]}
+
+
+def is_function_rows(adapter: Any, seed: int) -> list[RowResult]:
+    """The coefficient and the keep decision of ``PolicyLoss``'s ratio gate, checked like the core rows
+    (property cases, golden vectors, invariants) with the keywords of one OpenRLHF setting fixed: every
+    property case then exercises that setting (the core rows ask every level, most not expressible)."""
+    weights = FunctionView(adapter, "rollout_is_weights", adapter.rollout_is_weights)
+    keep = FunctionView(adapter, "rollout_rejection_mask", adapter.rollout_rejection_mask)
+    lo, hi = IS_DEFAULT
+    return [
+        # is_correction_level="token", any mode and bounds
+        fixed_row(weights, "rollout_is_weights", row_id="openrlhf.PolicyLoss.is_coef[token]",
+                  fixed={"level": "token", "batch_normalize": False}, seed=seed),
+        # the defaults: "mask" (IcePop) and "clip" (TIS) with is_correction_threshold (0.5, 5.0)
+        fixed_row(weights, "rollout_is_weights", row_id="openrlhf.PolicyLoss.is_coef[token,mask]",
+                  fixed={"level": "token", "batch_normalize": False, "mode": "mask", "lo": lo, "hi": hi}, seed=seed),
+        fixed_row(weights, "rollout_is_weights", row_id="openrlhf.PolicyLoss.is_coef[token,clip]",
+                  fixed={"level": "token", "batch_normalize": False, "mode": "truncate", "lo": lo, "hi": hi}, seed=seed),
+        # the "mask" gate's keep decision at the default threshold, and at a tight one (most rows' geometric
+        # means fall outside [0.8, 1.25]); the bounds are fixed because the generated ones are also k1/k2/k3's
+        fixed_row(keep, "rollout_rejection_mask", row_id="openrlhf.PolicyLoss.is_keep[token]",
+                  fixed={"statistic": "ratio", "level": "token", "lo": lo, "hi": hi}, seed=seed),
+        fixed_row(keep, "rollout_rejection_mask", row_id="openrlhf.PolicyLoss.is_keep[seq]",
+                  fixed={"statistic": "ratio", "level": "seq_mean", "lo": lo, "hi": hi}, seed=seed),
+        fixed_row(keep, "rollout_rejection_mask", row_id="openrlhf.PolicyLoss.is_keep[seq,threshold=(0.8, 1.25)]",
+                  fixed={"statistic": "ratio", "level": "seq_mean", "lo": 0.8, "hi": 1.25}, seed=seed),
+        seq_coef_row(adapter, seed),
+    ]
+
+
+def _seq_coef(batch: dict[str, np.ndarray], threshold: tuple[float, float]) -> np.ndarray:
+    """NOT_EXPRESSIBLE["openrlhf"]["rollout_is_weights"]: each token's own rho where the row's geometric
+    mean is in bounds: rollout_is_weights(mode="none") x rollout_rejection_mask(level="seq_mean")."""
+    old, roll, m = batch["old_logp"], batch["rollout_logp"], batch["mask"]
+    rho = oracle.rollout_is_weights(old, roll, m, mode="none")
+    return rho * oracle.rollout_rejection_mask(old, roll, m, level="seq_mean", lo=threshold[0], hi=threshold[1])
+
+
+def _seq_formula(threshold: tuple[float, float]) -> str:
+    return (f"rollout_is_weights(mode='none') * rollout_rejection_mask(level='seq_mean', lo={threshold[0]!r}, "
+            f"hi={threshold[1]!r})")
+
+
+def seq_coef_row(adapter: Any, seed: int) -> RowResult:
+    """``is_correction_level="seq"`` (mask mode, default threshold): the gate reads the row's geometric mean
+    (loss.py:223-224) but the surviving tokens keep their own rho (:239). The spec's sequence-level weight
+    is one weight per row, so the row is compared first with that (at OpenRLHF's bounds), then with the
+    composition it is."""
+    batch = rollout_batch(seed)
+    m, threshold = batch["mask"], IS_DEFAULT
+
+    def got() -> dict[str, Any]:
+        coef = adapter.is_correction_coef(batch["old_logp"].astype(np.float32), batch["rollout_logp"].astype(np.float32), m,
+                                          level="seq", mode="mask", threshold=threshold)
+        return {"value": coef}
+
+    seq_kw = {"level": "sequence", "seq_stat": "geometric", "mode": "mask", "lo": threshold[0], "hi": threshold[1]}
+    cands = [
+        Candidate("canonical", f"rollout_is_weights({fmt(seq_kw)})",
+                  lambda: {"value": oracle.rollout_is_weights(batch["old_logp"], batch["rollout_logp"], m, **seq_kw)}),
+        Candidate("each surviving token keeps its own rho", _seq_formula(threshold),
+                  lambda: {"value": _seq_coef(batch, threshold)}, preset="openrlhf",
+                  kwargs={"rollout_is_weights": {"mode": "none"},
+                          "rollout_rejection_mask": {"level": "seq_mean", "lo": threshold[0], "hi": threshold[1]}}),
+    ]
+    return composition_row("openrlhf.PolicyLoss.is_coef[seq,mask]", "offpolicy.is_weights+offpolicy.rejection",
+                           "openrlhf.PolicyLoss", adapter, got, cands, value_and_grad_tolerances("offpolicy.is_weights", DTYPE),
+                           seed=seed)
+
+
+def corrected_policy_row(adapter: Any, seed: int, level: str, mode: str, asked: dict[str, Any],
+                         threshold: tuple[float, float] | None = None) -> RowResult:
+    """``PolicyLoss(policy_loss_type="ppo", is_correction_level=level, is_correction_mode=mode)`` with the
+    trainer's normalisers, on the rollout batch (finite garbage where masked, as real padding), value and
+    gradient w.r.t. ``log_probs``, against ``aggregate(w * ppo_token_loss, token_mean)`` over the whole
+    ``action_mask`` (rejected tokens count, as zeros: loss.py:241, :249-256). ``asked``: the spec keywords
+    of the options this row sets (``rollout_is_weights``'s); the rest is compared canonical first, then
+    with the openrlhf presets (``rollout_is_weights`` mask [0.5, 5], ``ppo_token_loss`` log_ratio_clamp
+    20), then, for ``"seq"``, with the composition of ``_seq_coef``."""
+    batch = rollout_batch(seed)
+    m, old, roll, lp = batch["mask"], batch["old_logp"], batch["rollout_logp"], batch["logp"]
+    info = _trainer_info(adapter, m)
+    init = adapter.correction_init(level, mode, threshold or IS_DEFAULT)
+    agg = _spec_agg(True, info, m, rows_with_tokens=False)
+
+    def got() -> dict[str, Any]:
+        arrays = {"log_probs": lp.astype(np.float32), "old_log_probs": old.astype(np.float32),
+                  "advantages": broadcast_advantages(batch).astype(np.float32), "rollout_log_probs": roll.astype(np.float32),
+                  "action_mask": m.astype(np.float32)}
+        r = adapter.call("policy_loss", arrays, {"init": init, **info}, wrt=["log_probs"], upstream={"loss": 1.0})
+        return {"value": r["outputs"]["loss"], "grad[logp]": r["grads"]["log_probs"]}
+
+    def ev(weights: Any, ppo_kw: dict[str, Any]) -> Any:
+        def run() -> dict[str, Any]:
+            w = weights()
+            ppo = policy_piece("ppo_token_loss", lp, batch, **ppo_kw)
+            return compose(Piece(w * ppo.value, lambda u: ppo.vjp(u * w)), m, agg, "grad[logp]")
+        return run
+
+    def is_w(kw: dict[str, Any]) -> Any:
+        return lambda: oracle.rollout_is_weights(old, roll, m, **kw)
+
+    ppo_preset = oracle.presets.preset_kwargs("openrlhf", "ppo_token_loss")
+    w_preset = {**oracle.presets.preset_kwargs("openrlhf", "rollout_is_weights"), **asked}
+    agg_txt = fmt(agg)
+    cands = [Candidate("canonical", f"aggregate(rollout_is_weights({fmt(asked)}) * ppo_token_loss(), {agg_txt})", ev(is_w(asked), {}))]
+    if w_preset != asked:
+        diff = {k: v for k, v in w_preset.items() if asked.get(k, object()) != v}
+        cands.append(Candidate(fmt(diff), f"aggregate(rollout_is_weights({fmt(w_preset)}) * ppo_token_loss(), {agg_txt})",
+                               ev(is_w(w_preset), {}), preset="openrlhf", kwargs={"rollout_is_weights": diff}))
+    cands.append(Candidate(f"{fmt(w_preset)}, ppo {fmt(ppo_preset)}",
+                           f"aggregate(rollout_is_weights({fmt(w_preset)}) * ppo_token_loss({fmt(ppo_preset)}), {agg_txt})",
+                           ev(is_w(w_preset), ppo_preset), preset="openrlhf",
+                           kwargs={"rollout_is_weights": w_preset, "ppo_token_loss": ppo_preset}))
+    if level == "seq":
+        th = threshold or IS_DEFAULT
+        cands.append(Candidate("each surviving token keeps its own rho",
+                               f"aggregate(({_seq_formula(th)}) * ppo_token_loss(), {agg_txt})",
+                               ev(lambda: _seq_coef(batch, th), {}), preset="openrlhf",
+                               kwargs={"rollout_is_weights": {"mode": "none"},
+                                       "rollout_rejection_mask": {"level": "seq_mean", "lo": th[0], "hi": th[1]}}))
+    parts = [f"is_correction={level}/{mode}"] + ([f"threshold={tuple(threshold)}"] if threshold else [])
+    return composition_row(f"openrlhf.PolicyLoss[ppo,{','.join(parts)}]", "offpolicy.is_weights+loss.ppo+agg",
+                           "openrlhf.PolicyLoss", adapter, got, cands, loss_tolerances(DTYPE), seed=seed)
+
+
+def corrected_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+    """The corrected PPO loss per setting. ("seq" with "clip" is refused by PolicyLoss itself, loss.py:166-169.)"""
+    return [
+        corrected_policy_row(adapter, seed, "token", "mask", {}),  # the defaults: IcePop on [0.5, 5]
+        corrected_policy_row(adapter, seed, "token", "clip", {"mode": "truncate"}),  # TIS clamped to [0.5, 5]
+        corrected_policy_row(adapter, seed, "token", "mask", {"mode": "mask", "lo": 0.8, "hi": 1.25}, threshold=(0.8, 1.25)),
+        corrected_policy_row(adapter, seed, "seq", "mask", {"level": "sequence", "seq_stat": "geometric"}),
+    ]
+
+
+def offpolicy_rows(adapter: Any, seed: int) -> list[RowResult]:
+    return is_function_rows(adapter, seed) + corrected_loss_rows(adapter, seed)
+
+
 def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
     """Every OpenRLHF-specific row."""
-    return agg_rows(adapter, seed) + loss_rows(adapter, seed) + kl_rows(adapter, seed) + advantage_rows(adapter, seed)
+    return (agg_rows(adapter, seed) + loss_rows(adapter, seed) + kl_rows(adapter, seed) + advantage_rows(adapter, seed)
+            + offpolicy_rows(adapter, seed))
 
 
-__all__ = ["extra_rows", "agg_rows", "loss_rows", "kl_rows", "advantage_rows"]
+__all__ = ["extra_rows", "agg_rows", "loss_rows", "kl_rows", "advantage_rows", "offpolicy_rows", "rollout_batch"]

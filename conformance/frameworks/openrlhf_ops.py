@@ -9,7 +9,7 @@ What is called (openrlhf 0.11.2; paths relative to ``openrlhf/``):
 
 | op | OpenRLHF |
 |---|---|
-| ``policy_loss`` | ``models/loss.py::PolicyLoss`` (:116-259), ``policy_loss_type`` ``"ppo"`` / ``"gspo"`` |
+| ``policy_loss`` | ``models/loss.py::PolicyLoss`` (:116-259), ``policy_loss_type`` ``"ppo"`` / ``"gspo"``, with the ``is_correction_*`` options (:128-131) and ``rollout_log_probs``; outputs the loss, the per-token matrix it aggregates and its metrics (``is_filter_ratio``, ``vllm_kl``: :242-247) |
 | ``value_loss`` | ``models/loss.py::ValueLoss`` (:262-298) |
 | ``aggregate_loss`` | ``models/loss.py::aggregate_loss`` (:11-39) |
 | ``compute_approx_kl`` | ``models/utils.py::compute_approx_kl`` (:69-128) |
@@ -121,14 +121,17 @@ def load() -> dict[str, Any]:
 
         loss.aggregate_loss = spy  # records the per-token matrix PolicyLoss aggregates (module global)
         try:
-            out, clip_ratio, ppo_kl, _vllm_kl, _filter = fn(
+            out, clip_ratio, ppo_kl, vllm_kl, is_filter_ratio = fn(
                 t["log_probs"], t["old_log_probs"], t["advantages"], action_mask=t["action_mask"],
                 rollout_log_probs=t.get("rollout_log_probs"), dp_size=dp_size, batch_num_tokens=batch_num_tokens,
                 global_batch_size=global_batch_size)
         finally:
             loss.aggregate_loss = real
+        # vllm_kl / is_filter_ratio are None unless is_correction_level != "off" (loss.py:215, :242-247)
         return {"loss": out, "per_token": seen["loss_mat"], "clip_ratio": float(clip_ratio), "ppo_kl": float(ppo_kl),
-                "token_level_loss": bool(fn.token_level_loss)}
+                "token_level_loss": bool(fn.token_level_loss),
+                "vllm_kl": None if vllm_kl is None else float(vllm_kl),
+                "is_filter_ratio": None if is_filter_ratio is None else float(is_filter_ratio)}
 
     def value_loss(t: dict[str, Any], *, clip_eps: Any = None, token_level_loss: bool = True, dp_size: int = 1,
                    batch_num_tokens: Any = None, global_batch_size: Any = None) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """verl rows that are not single core-API calls: every ``agg_loss`` mode (with the engine's global batch
 info, with verl's local fallback, and split over two data-parallel ranks), the aggregated policy losses
 (vanilla, GSPO, CISPO) and value loss (value and gradient w.r.t. the log-probs / values), GRPO with and
-without std scaling, the vectorised estimators, every ``kl_penalty`` name and GAE's whitened output.
+without std scaling, the vectorised estimators, every ``kl_penalty`` name and GAE's whitened output;
+for spec v1.1, the k1 rejection bounds read as verl documents them and the rollout-corrected policy
+losses of verl's decoupled and bypass modes.
 
 Entry point: ``extra_rows(adapter, seed) -> list[RowResult]`` (``adapter`` is a
 ``conformance.adapters.verl_adapter.VerlAdapter``). Row ids look like ``verl.agg_loss[seq-mean-token-mean,local]``,
@@ -18,7 +20,12 @@ gradient decides the row: canonical (``pass``), a named preset or variant (``pre
 
 Sources: verl 0.9.1, ``verl/trainer/ppo/core_algos.py`` (``agg_loss`` :1140, ``compute_policy_loss_vanilla``
 :1286, ``_gspo`` :1546, ``_cispo`` :2048, ``compute_value_loss`` :2125, ``kl_penalty`` :2188, GRPO :268/:335,
-RLOO :588/:834, GAE :216); ``verl/workers/utils/losses.py:57-69`` (the global batch info the engine sets).
+RLOO :588/:834, GAE :216, ``compute_policy_loss_reinforce`` :2333, ``compute_policy_loss_bypass_mode``
+:2413); ``verl/workers/utils/losses.py:57-112`` (the global batch info the engine sets, the IS weights it
+passes); ``verl/trainer/ppo/rollout_corr_helper.py`` (``compute_rollout_rejection_mask`` :197,
+``compute_rollout_correction_weights`` :522, ``compute_rollout_correction_and_rejection_mask`` :786,
+``compute_rollout_correction_and_add_to_batch`` :1013); ``verl/trainer/config/algorithm.py``
+(``RolloutCorrectionConfig`` :64-184 and its factories).
 """
 
 from __future__ import annotations
@@ -53,9 +60,10 @@ from conformance.frameworks.checks import (
     value_and_grad_tolerances,
     value_loss_candidates,
 )
+from conformance.registry import BY_FUNCTION
 from conformance.suite import RowResult
 from conformance.tolerances import tolerance
-from conformance.trl_checks import Comparison
+from conformance.trl_checks import Comparison, Piece
 
 DTYPE = "float32"  # the framework rows run in float32, verl's training dtype for these tensors
 MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
@@ -344,13 +352,304 @@ def gae_whitened_row(adapter: Any, seed: int, n_seeds: int = 8) -> RowResult:
 
 
 # ---------------------------------------------------------------------------------------------
+# Rollout correction (spec v1.1): the k1 rejection bounds as documented, the corrected losses
+# ---------------------------------------------------------------------------------------------
+
+# The k1 options' "lower_upper" threshold. verl documents it as *ratio* bounds, the ratio being
+# r = pi_train/pi_rollout = pi_old/pi_rollout: ``log_ratio`` is the "Log ratio of training policy
+# probability to rollout policy probability" (rollout_corr_helper.py:219-220), "token_k1" is
+# "rejection with -log r (ratio thresholds supplied via rollout_rs_threshold as lower_upper)" and
+# seq_sum_k1 / seq_mean_k1 use "ratio bounds" (trainer/config/algorithm.py:107-114, 123-124),
+# "Rejects entire sequences based on sequence-level IS weight" (decoupled_seq_is_rs, :245) and
+# "Uses geometric mean IS ratio E[log(r)] ... with [lower, upper] threshold bounds ... still uses IS
+# ratio semantics" (decoupled_geo_rs, :268-270); the IS threshold of the same config, in the same
+# "lower_upper" form, keeps lower <= r <= upper (IcePop, :94; rollout_corr_helper.py:599-601).
+# What verl computes: k1 = -log_ratio (:263) kept when log(lower) <= k1 <= log(upper) (:300-301, :316
+# and the seq_sum/seq_mean branches :323-349), i.e. 1/upper <= r <= 1/lower: bounds on
+# pi_rollout/pi_old. The two agree when lower * upper = 1 (verl's single-number form sets lower =
+# 1/upper, :164; its factories use "0.5_2.0" and "0.999_1.001").
+K1_OPTIONS = {"token_k1": "token", "seq_sum_k1": "seq_sum", "seq_mean_k1": "seq_mean"}
+K1_THRESHOLDS = (
+    "0.5_5.0",  # IcePop's [0.5, 5] (arXiv:2510.18855), verl's own IcePop default (algorithm.py:216-234)
+    "0.5_2.0",  # verl's decoupled_seq_is_rs default (algorithm.py:240): reciprocal bounds, both readings agree
+)
+# The minimal reproduction: one valid token per row (so token, sum and mean coincide) with
+# r = pi_old/pi_rollout = 3, 0.3, 1.
+MINIMAL_RATIOS = (3.0, 0.3, 1.0)
+
+
+def _bounds(threshold: str) -> tuple[float, float]:
+    lo, hi = threshold.split("_")
+    return float(lo), float(hi)
+
+
+def minimal_k1_batch() -> dict[str, np.ndarray]:
+    """Three rows, one valid token each (position 1), with r = pi_old/pi_rollout = 3, 0.3, 1:
+    rollout_logp = -1, old_logp = -1 + log r (float32-exact enough: the bounds are far)."""
+    r = np.array(MINIMAL_RATIOS)
+    mask = np.zeros((3, 2), dtype=bool)
+    mask[:, 1] = True
+    rollout = np.full((3, 2), -1.0)
+    old = rollout + np.log(r)[:, None]
+    return round_batch({"old_logp": old, "rollout_logp": rollout, "mask": mask}, DTYPE)
+
+
+def k1_readings(level: str, threshold: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(documented, computed): ``rollout_rejection_mask`` keywords for a k1 option's ``"lo_hi"``
+    threshold read as verl documents it (bounds on r = pi_old/pi_rollout) and as verl computes it
+    (k1 = rollout - old in [log lo, log hi], i.e. bounds on pi_rollout/pi_old = 1/r)."""
+    lo, hi = _bounds(threshold)
+    return ({"statistic": "ratio", "level": level, "lo": lo, "hi": hi},
+            {"statistic": "k1", "level": level, "lo": math.log(lo), "hi": math.log(hi)})
+
+
+def verl_rejection_mask(adapter: Any, old: np.ndarray, rollout: np.ndarray, m: np.ndarray, option: str, threshold: str) -> np.ndarray:
+    """verl's keep mask: ``compute_rollout_correction_and_rejection_mask`` with ``rollout_rs=option`` and
+    the threshold string as a user writes it, on float32 inputs (garbage at masked positions included)."""
+    f32 = np.float32
+    arrays = {"old_log_prob": old.astype(f32), "rollout_log_prob": rollout.astype(f32), "response_mask": m.astype(f32)}
+    out = adapter.call("rollout_correction", arrays, {"rollout_rs": option, "rollout_rs_threshold": threshold})["outputs"]
+    return (np.asarray(out["response_mask"]) > 0.5) & m
+
+
+def _conditioned(make: Any, accept: Any, seed: int, tries: int = 200) -> dict[str, np.ndarray]:
+    """The first of ``make(seed + 7919 k)`` (k = 0, 1, ...) that ``accept`` takes: decisions and kinks
+    off their bounds at the row's precision (the registry's conditioning)."""
+    for k in range(tries):
+        batch = make(seed + 7919 * k)
+        if accept(batch):
+            return batch
+    raise RuntimeError(f"no well-conditioned batch in {tries} tries from seed {seed}")
+
+
+def _rejection_conditioned(b: dict[str, np.ndarray], old: str, rollout: str, kws: list[dict[str, Any]]) -> bool:
+    args = {"old_logp": b[old], "rollout_logp": b[rollout], "mask": b["mask"]}
+    return all(BY_FUNCTION["rollout_rejection_mask"].well_conditioned(args, kw) for kw in kws)
+
+
+def k1_bounds_row(adapter: Any, seed: int, option: str, threshold: str) -> RowResult:
+    """``compute_rollout_rejection_mask`` with a k1 option and a ``"lower_upper"`` threshold against the
+    meaning verl documents (keep lower <= pi_old/pi_rollout <= upper, for the token, the product or the
+    geometric mean): ``pass`` when verl keeps exactly those, ``fail`` otherwise, saying whether verl's
+    mask is the inverted reading (bounds on pi_rollout/pi_old). Cases: the seeded loss batch (ragged,
+    garbage at masked positions; old = ``old_logp``, rollout = ``logp``, so log r spans +-2.3) and the
+    minimal reproduction (r = 3, 0.3, 1)."""
+    t0 = time.perf_counter()
+    level = K1_OPTIONS[option]
+    documented, computed = k1_readings(level, threshold)
+    row = RowResult(id=f"verl.compute_rollout_rejection_mask[{option},{threshold}]", spec_id="offpolicy.rejection",
+                    function="verl.compute_rollout_rejection_mask", adapter=adapter.name, status="pass", seeds=[seed])
+    tol = tolerance("offpolicy.rejection", DTYPE)
+    doc, inv = Comparison(), Comparison()
+    shown: dict[str, Any] = {}
+    try:
+        batch = _conditioned(lambda s: round_batch(loss_batch(s), DTYPE),
+                             lambda b: _rejection_conditioned(b, "old_logp", "logp", [documented, computed]), seed)
+        minimal = minimal_k1_batch()
+        for label, old, rollout, m in (("loss batch", batch["old_logp"], batch["logp"], batch["mask"]),
+                                       ("minimal", minimal["old_logp"], minimal["rollout_logp"], minimal["mask"])):
+            got = verl_rejection_mask(adapter, old, rollout, m, option, threshold)
+            expected = oracle.rollout_rejection_mask(old, rollout, m, **documented)
+            doc.add(f"keep[{label}]", got, expected, tol)
+            inv.add(f"keep[{label}]", got, oracle.rollout_rejection_mask(old, rollout, m, **computed), tol)
+            shown[label] = (got[:, 1], expected[:, 1])
+            row.n_cases += 1
+    except Exception as exc:  # noqa: BLE001 - a framework failure is a row, not a crash
+        row.status, row.message = "error", f"{type(exc).__name__}: {exc}"
+        row.seconds = time.perf_counter() - t0
+        return row
+    lo, hi = _bounds(threshold)
+    row.checks = {"value": "pass" if doc.ok else "fail"}
+    row.max_abs_err, row.max_rel_err = doc.max_abs, doc.max_rel
+    documented_text = f"rollout_rejection_mask({fmt(documented)}): keep {lo:g} <= pi_old/pi_rollout <= {hi:g}"
+    computed_text = (f"rollout_rejection_mask({fmt(computed)}) = rollout_rejection_mask(statistic='ratio', level={level!r}, "
+                     f"lo={1 / hi:g}, hi={1 / lo:g}): keep {lo:g} <= pi_rollout/pi_old <= {hi:g}")
+    if doc.ok:
+        row.message = f"= {documented_text}, as verl documents a k1 'lower_upper' threshold"
+        if lo * hi != 1.0 and inv.ok:
+            row.message += " (these cases cannot tell it from the inverted bounds)"
+    else:
+        row.status = "fail"
+        lines = [f"documented {documented_text} (algorithm.py:107-124, rollout_corr_helper.py:219-227):"]
+        lines += [mm.describe() for mm in doc.mismatches]
+        got, expected = shown["minimal"]
+        lines.append(f"minimal reproduction: r = pi_old/pi_rollout = {list(MINIMAL_RATIOS)} (rollout_logp = -1, old_logp = -1 + log r, "
+                     f"one valid token per row), rollout_rs={option!r}, rollout_rs_threshold={threshold!r}: verl keeps "
+                     f"{[bool(x) for x in got]}, the documented reading keeps {[bool(x) for x in expected]}")
+        if inv.ok:
+            lines.append(f"verl computes {computed_text} (k1 = -log_ratio vs [log lower, log upper], "
+                         "rollout_corr_helper.py:263, :300-301, :316): the bounds act on the inverse ratio")
+        else:
+            lines.append("not the inverted bounds either: " + "; ".join(mm.describe() for mm in inv.mismatches))
+        row.message = "\n".join(lines)
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
+def rollout_batch(seed: int, kinks: tuple[float, ...] = KINKS, scale: float = 0.3) -> dict[str, np.ndarray]:
+    """``loss_batch`` (float32-rounded) plus ``rollout_logp``: the inference engine's log-probs of the same
+    tokens, ``old_logp - e`` with e ~ N(0, scale) (so pi_old/pi_rollout = e^e), garbage at masked positions."""
+    b = loss_batch(seed, kinks=kinks)
+    rng = np.random.default_rng(seed + 1)
+    e = rng.normal(0.0, scale, size=b["mask"].shape)
+    b["rollout_logp"] = np.where(b["mask"], b["old_logp"] - e, rng.uniform(-3.0, 0.0, size=e.shape))
+    return round_batch(b, DTYPE)
+
+
+def _weighted(piece: Piece, w: np.ndarray) -> Piece:
+    """``piece`` times the constant per-token weight ``w`` (no gradient reaches ``w``)."""
+    return Piece(piece.value * w, lambda u: piece.vjp(u * w))
+
+
+def corrected_loss_row(adapter: Any, seed: int, label: str, rollout_correction: dict[str, Any], batch: dict[str, np.ndarray],
+                       old: np.ndarray, cands: list[Candidate], name: str = "vanilla", mode: str = "token-mean",
+                       note: str = "") -> RowResult:
+    """``policy_loss`` op (``loss_agg_mode=mode``, engine global batch info, ActorConfig defaults) with a
+    ``RolloutCorrectionConfig``: value and gradient w.r.t. ``log_prob`` against ``cands``. ``old`` is what
+    the loss gets as ``old_log_prob`` (the recomputed log-probs in decoupled mode, the rollout's in bypass
+    mode, as ``apply_bypass_mode`` sets it, rollout_corr_helper.py:1138)."""
+    m = batch["mask"]
+    kw, _ = _global(mode, m, True)
+
+    def got() -> dict[str, Any]:
+        f32 = np.float32
+        arrays = {"old_log_prob": old.astype(f32), "log_prob": batch["logp"].astype(f32),
+                  "rollout_log_prob": batch["rollout_logp"].astype(f32),
+                  "advantages": broadcast_advantages(batch).astype(f32), "response_mask": m.astype(f32)}
+        r = adapter.call("policy_loss", arrays, {"name": name, "loss_agg_mode": mode, "global_batch_info": kw,
+                                                 "rollout_correction": rollout_correction},
+                         wrt=["log_prob"], upstream={"loss": 1.0})
+        return {"value": r["outputs"]["loss"], "grad[logp]": r["grads"]["log_prob"]}
+
+    return composition_row(f"verl.policy_loss[{label}]", "offpolicy.decoupled_ppo+agg", f"verl.compute_policy_loss_{name}",
+                           adapter, got, cands, loss_tolerances(DTYPE, "offpolicy.decoupled_ppo"), seed=seed, note=note)
+
+
+def _ppo_piece(lp: np.ndarray, old: np.ndarray, b: dict[str, np.ndarray], **kw: Any) -> Piece:
+    A, m = b["advantages"], b["mask"]
+    return Piece(oracle.ppo_token_loss(lp, old, A, m, **kw), lambda u: oracle.ppo_token_loss_grad(lp, old, A, m, u, **kw))
+
+
+def decoupled_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+    """verl's decoupled mode (``bypass_mode=False``): the driver's ``compute_rollout_correction_and_add_to_batch``
+    on (old, rollout), then ``compute_policy_loss_vanilla`` against ``old`` times ``rollout_is_weights``
+    (core_algos.py:1365). Token TIS is ``decoupled_ppo_token_loss(behav_cap=threshold)``; sequence TIS
+    (``decoupled_seq_is``, the ``RolloutCorrectionConfig`` default level, algorithm.py:179) has one
+    weight per row, which no ``decoupled_ppo_token_loss`` keyword expresses: it is composed as
+    ``ppo_token_loss(logp, old) * rollout_is_weights(old, rollout, level='sequence')``."""
+    b = rollout_batch(seed)
+    m, lp, old, ro = b["mask"], b["logp"], b["old_logp"], b["rollout_logp"]
+    _, agg = _global("token-mean", m, True)
+    A = b["advantages"]
+    rows = []
+
+    # token TIS, threshold 2.0 (decoupled_token_is, algorithm.py:187-199)
+    def dec(**kw: Any) -> Any:
+        def ev() -> dict[str, Any]:
+            piece = Piece(oracle.decoupled_ppo_token_loss(lp, old, ro, A, m, **kw),
+                          lambda u: oracle.decoupled_ppo_token_loss_grad(lp, old, ro, A, m, u, **kw))
+            return compose(piece, m, agg, "grad[logp]")
+        return ev
+
+    asked = {"behav_cap": 2.0}
+    preset = {**oracle.presets.preset_kwargs("verl", "decoupled_ppo_token_loss"), **asked}
+    cands = [Candidate("canonical", f"aggregate(decoupled_ppo_token_loss({fmt(asked)}), {fmt(agg)})", dec(**asked))]
+    cands.append(Candidate(fmt({k: v for k, v in preset.items() if k not in asked}),
+                           f"aggregate(decoupled_ppo_token_loss({fmt(preset)}), {fmt(agg)})", dec(**preset), preset="verl",
+                           kwargs={k: v for k, v in preset.items() if k not in asked}))
+    rows.append(corrected_loss_row(adapter, seed, "vanilla,token-mean,rollout_is=token,rollout_is_threshold=2.0",
+                                   {"rollout_is": "token", "rollout_is_threshold": 2.0, "bypass_mode": False}, b, old, cands))
+
+    # sequence TIS, threshold 2.0 (decoupled_seq_is, algorithm.py:201-213)
+    def seq(ppo_kw: dict[str, Any], is_kw: dict[str, Any]) -> Any:
+        def ev() -> dict[str, Any]:
+            w = oracle.rollout_is_weights(old, ro, m, level="sequence", hi=2.0, **is_kw)
+            return compose(_weighted(_ppo_piece(lp, old, b, **ppo_kw), w), m, agg, "grad[logp]")
+        return ev
+
+    ppo_preset = oracle.presets.preset_kwargs("verl", "ppo_token_loss")
+    is_preset = oracle.presets.preset_kwargs("verl", "rollout_is_weights")
+    formula = "aggregate(ppo_token_loss(logp, old{}) * rollout_is_weights(old, rollout, level='sequence', hi=2.0{}), {})"
+    cands = [Candidate("canonical", formula.format("", "", fmt(agg)), seq({}, {})),
+             Candidate(f"ppo_token_loss({fmt(ppo_preset)}), rollout_is_weights({fmt(is_preset)})",
+                       formula.format(", " + fmt(ppo_preset), ", " + fmt(is_preset), fmt(agg)), seq(ppo_preset, is_preset),
+                       preset="verl", kwargs={"ppo_token_loss": ppo_preset, "rollout_is_weights": is_preset})]
+    rows.append(corrected_loss_row(adapter, seed, "vanilla,token-mean,rollout_is=sequence,rollout_is_threshold=2.0",
+                                   {"rollout_is": "sequence", "rollout_is_threshold": 2.0, "bypass_mode": False}, b, old, cands))
+    return rows
+
+
+BYPASS_K3 = 0.5  # seq_mean_k3 threshold; verl's bypass_ppo_clip_k3_rs default 0.01 (algorithm.py:330) rejects every row of this batch
+
+
+def bypass_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+    """verl's bypass mode (``bypass_mode=True``, old_log_prob := rollout_log_prob): ``compute_policy_loss_bypass_mode``
+    (core_algos.py:2413-2549) computes the IS weights and rejection mask of the *current* log-probs against
+    the rollout's (``old_log_prob=log_prob``, :2499, under no_grad) and then
+    - ``loss_type="ppo_clip"``: ``compute_policy_loss_vanilla`` against the rollout log-probs on the
+      rejection-masked response (:2529-2539): aggregate(ppo_token_loss(logp, rollout) * rollout_rejection_mask(
+      logp, rollout), mask) with the engine's token count of the unmasked batch;
+    - ``loss_type="reinforce"``: ``compute_policy_loss_reinforce`` (:2333-2410): -A * logp * w (:2389), i.e.
+      aggregate(pg_token_loss(logp) * rollout_is_weights(logp, rollout), mask), w a constant.
+    No v1.1 function is either (the statistics are of pi_theta, not of a fixed pi_old): composition rows."""
+    rows = []
+    rs_kw = {"statistic": "k3", "level": "seq_mean", "hi": BYPASS_K3}
+    # bypass: the PPO ratio is against the rollout, so the batch's old_logp plays the rollout log-probs
+    b = _conditioned(lambda s: round_batch(loss_batch(s, kinks=KINKS), DTYPE),
+                     lambda bb: _rejection_conditioned(bb, "logp", "old_logp", [rs_kw]), seed)
+    b["rollout_logp"] = b["old_logp"]
+    m, lp, ro = b["mask"], b["logp"], b["rollout_logp"]
+    _, agg = _global("token-mean", m, True)
+    keep = oracle.rollout_rejection_mask(lp, ro, m, **rs_kw).astype(np.float64)
+
+    def clip(ppo_kw: dict[str, Any]) -> Any:
+        return lambda: compose(_weighted(_ppo_piece(lp, ro, b, **ppo_kw), keep), m, agg, "grad[logp]")
+
+    ppo_preset = oracle.presets.preset_kwargs("verl", "ppo_token_loss")
+    formula = "aggregate(ppo_token_loss(logp, rollout{}) * rollout_rejection_mask(logp, rollout, {}), {})"
+    cands = [Candidate("canonical", formula.format("", fmt(rs_kw), fmt(agg)), clip({})),
+             Candidate(fmt(ppo_preset), formula.format(", " + fmt(ppo_preset), fmt(rs_kw), fmt(agg)), clip(ppo_preset),
+                       preset="verl", kwargs=ppo_preset)]
+    rows.append(corrected_loss_row(
+        adapter, seed, f"bypass_mode,ppo_clip,token-mean,rollout_rs=seq_mean_k3,rollout_rs_threshold={BYPASS_K3:g}",
+        {"rollout_is": None, "rollout_rs": "seq_mean_k3", "rollout_rs_threshold": BYPASS_K3, "bypass_mode": True,
+         "loss_type": "ppo_clip"}, b, ro, cands, name="bypass_mode",
+        note=f"({int((keep.sum(axis=1) > 0).sum())} of {int((m.sum(axis=1) > 0).sum())} rows kept)"))
+
+    # reinforce with sequence TIS (bypass_pg_is, algorithm.py:353-371)
+    def pg(is_kw: dict[str, Any]) -> Any:
+        def ev() -> dict[str, Any]:
+            w = oracle.rollout_is_weights(lp, ro, m, level="sequence", hi=2.0, **is_kw)
+            piece = Piece(oracle.pg_token_loss(lp, b["advantages"], m), lambda u: oracle.pg_token_loss_grad(lp, b["advantages"], m, u))
+            return compose(_weighted(piece, w), m, agg, "grad[logp]")
+        return ev
+
+    is_preset = oracle.presets.preset_kwargs("verl", "rollout_is_weights")
+    formula = "aggregate(pg_token_loss(logp) * rollout_is_weights(logp, rollout, level='sequence', hi=2.0{}), {})"
+    cands = [Candidate("canonical", formula.format("", fmt(agg)), pg({})),
+             Candidate(fmt(is_preset), formula.format(", " + fmt(is_preset), fmt(agg)), pg(is_preset), preset="verl", kwargs=is_preset)]
+    rows.append(corrected_loss_row(
+        adapter, seed, "bypass_mode,reinforce,token-mean,rollout_is=sequence,rollout_is_threshold=2.0",
+        {"rollout_is": "sequence", "rollout_is_threshold": 2.0, "bypass_mode": True, "loss_type": "reinforce"},
+        b, ro, cands, name="bypass_mode"))
+    return rows
+
+
+def offpolicy_rows(adapter: Any, seed: int) -> list[RowResult]:
+    rows = [k1_bounds_row(adapter, seed, option, threshold) for threshold in K1_THRESHOLDS for option in K1_OPTIONS]
+    return rows + decoupled_loss_rows(adapter, seed) + bypass_loss_rows(adapter, seed)
+
+
+# ---------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------
 
 
 def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
     """Every verl-specific row."""
-    return agg_rows(adapter, seed) + loss_rows(adapter, seed) + kl_rows(adapter, seed) + advantage_rows(adapter, seed)
+    return (agg_rows(adapter, seed) + loss_rows(adapter, seed) + kl_rows(adapter, seed) + advantage_rows(adapter, seed)
+            + offpolicy_rows(adapter, seed))
 
 
-__all__ = ["extra_rows", "agg_rows", "loss_rows", "kl_rows", "advantage_rows", "policy_row", "value_row", "dp_row"]
+__all__ = ["extra_rows", "agg_rows", "loss_rows", "kl_rows", "advantage_rows", "offpolicy_rows", "policy_row", "value_row",
+           "dp_row", "k1_bounds_row", "k1_readings", "minimal_k1_batch", "verl_rejection_mask", "MINIMAL_RATIOS"]

@@ -12,11 +12,29 @@ peer-conventions.md, which match 0.9.1 up to about line 1600):
 |---|---|
 | ``agg_loss`` | ``trainer/ppo/core_algos.py::agg_loss`` (:1140) |
 | ``kl_penalty`` | ``trainer/ppo/core_algos.py::kl_penalty`` (:2188) |
-| ``policy_loss`` | ``core_algos.get_policy_loss_fn(name)``: ``compute_policy_loss_vanilla`` (:1286), ``_gspo`` (:1546), ``_cispo`` (:2048), with ``workers/config/actor.py::ActorConfig`` |
+| ``policy_loss`` | ``core_algos.get_policy_loss_fn(name)``: ``compute_policy_loss_vanilla`` (:1286), ``_gspo`` (:1546), ``_cispo`` (:2048), ``_bypass_mode`` (:2413), with ``workers/config/actor.py::ActorConfig``; with ``rollout_correction`` the IS weights and rejection mask of verl's rollout correction first (see below) |
+| ``rollout_correction`` | ``trainer/ppo/rollout_corr_helper.py::compute_rollout_correction_and_rejection_mask`` (:786), which builds ``log_ratio = old - rollout`` (:849) and calls ``compute_rollout_correction_weights`` (:522) and ``compute_rollout_rejection_mask`` (:197) |
 | ``value_loss`` | ``trainer/ppo/core_algos.py::compute_value_loss`` (:2125) |
 | ``advantage`` | ``core_algos.get_adv_estimator_fn(name)``: ``compute_gae_advantage_return`` (:216), ``compute_grpo_outcome_advantage`` (:268), ``compute_grpo_vectorized_outcome_advantage`` (:335), ``compute_rloo_outcome_advantage`` (:588), ``compute_rloo_vectorized_outcome_advantage`` (:834) |
 | ``masked_whiten`` | ``utils/torch_functional.py::masked_whiten`` (:329) |
 | ``logprobs_from_logits`` / ``entropy_from_logits`` | ``utils/torch_functional.py`` (:73, :231) |
+
+Rollout correction (verl 0.9.1, ``trainer/ppo/rollout_corr_helper.py``). Every path in verl reaches
+the weights and the rejection mask through ``compute_rollout_correction_and_rejection_mask`` (:786):
+the driver's ``compute_rollout_correction_and_add_to_batch`` (:1013, called at
+``trainer/ppo/ray_trainer.py:1658``) in decoupled mode, ``compute_policy_loss_bypass_mode``
+(``core_algos.py:2496-2509``) in bypass mode. So the ``rollout_correction`` op calls it, with
+``old_log_prob``, ``rollout_log_prob`` and ``response_mask`` and the ``RolloutCorrectionConfig`` fields
+it reads (``rollout_is``, ``rollout_is_threshold``, ``rollout_is_batch_normalize``, ``rollout_rs``,
+``rollout_rs_threshold``), and returns the weights (``rollout_is_weights``, when ``rollout_is`` is set)
+and the modified ``response_mask``. ``policy_loss`` with a ``rollout_correction`` dict (a
+``RolloutCorrectionConfig``) runs a mode end to end: decoupled (``bypass_mode`` False):
+``compute_rollout_correction_and_add_to_batch`` on a ``DataProto`` of ``old_log_probs``,
+``rollout_log_probs``, ``response_mask``, then the loss with the batch's modified ``response_mask``
+and ``rollout_is_weights``, as ``workers/utils/losses.py:85-112`` passes them; bypass (``bypass_mode``
+True): the config goes into ``ActorConfig.policy_loss`` (``loss_mode="bypass_mode"``) and the loss
+computes weights and mask itself. In bypass mode the caller passes the rollout log-probs as
+``old_log_prob``, which is what ``apply_bypass_mode`` does to the batch (``rollout_corr_helper.py:1138``).
 
 The per-token loss of a policy or value loss is the matrix verl hands to ``agg_loss`` (``loss_mat``):
 the op records it by wrapping ``core_algos.agg_loss`` for the duration of the call (the function
@@ -36,8 +54,12 @@ def load() -> dict[str, Any]:
     import torch  # noqa: F401
     import verl
     import verl.trainer.ppo.core_algos as core_algos
+    import verl.trainer.ppo.rollout_corr_helper as rollout_corr
     import verl.utils.torch_functional as verl_F
+    from verl.protocol import DataProto
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
     from verl.workers.config import ActorConfig
+    from verl.workers.config.actor import PolicyLossConfig
 
     @contextlib.contextmanager
     def record_agg_loss():
@@ -67,18 +89,47 @@ def load() -> dict[str, Any]:
         return {"kl": core_algos.kl_penalty(t["logprob"], t["ref_logprob"], kl_penalty)}
 
     def policy_loss(t: dict[str, Any], *, name: str, loss_agg_mode: str = "token-mean",
-                    config: dict[str, Any] | None = None, global_batch_info: dict[str, Any] | None = None) -> dict[str, Any]:
+                    config: dict[str, Any] | None = None, global_batch_info: dict[str, Any] | None = None,
+                    rollout_correction: dict[str, Any] | None = None) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        response_mask, weights = t["response_mask"], None
+        if rollout_correction is not None:
+            rc = RolloutCorrectionConfig(**rollout_correction)
+            if rc.bypass_mode:  # the loss computes weights and mask itself (core_algos.py:2413-2549)
+                extra["policy_loss"] = PolicyLossConfig(loss_mode="bypass_mode", rollout_correction=rc)
+            else:  # decoupled mode: the driver step, then the loss with what it put in the batch
+                batch = DataProto.from_dict(tensors={"old_log_probs": t["old_log_prob"], "rollout_log_probs": t["rollout_log_prob"],
+                                                     "response_mask": t["response_mask"]})
+                batch, _ = rollout_corr.compute_rollout_correction_and_add_to_batch(batch, rc)
+                response_mask = batch.batch["response_mask"]
+                if "rollout_is_weights" in batch.batch.keys():  # noqa: SIM118 - TensorDict refuses `in` on itself
+                    weights = batch.batch["rollout_is_weights"]
         cfg = ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
-                          loss_agg_mode=loss_agg_mode, **(config or {}))
+                          loss_agg_mode=loss_agg_mode, **(config or {}), **extra)
         cfg.global_batch_info.update(global_batch_info or {})
         fn = core_algos.get_policy_loss_fn(name)
+        kwargs = {} if weights is None else {"rollout_is_weights": weights}
         with record_agg_loss() as seen:
             loss, metrics = fn(old_log_prob=t["old_log_prob"], log_prob=t["log_prob"], advantages=t["advantages"],
-                               response_mask=t["response_mask"], loss_agg_mode=loss_agg_mode, config=cfg)
-        return {"loss": loss, "per_token": seen["loss_mat"], "metrics": {k: float(v) for k, v in metrics.items()},
-                "clip_ratio_c": float(cfg.get("clip_ratio_c", 3.0)),
-                "clip_ratio_low": float(cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio),
-                "clip_ratio_high": float(cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio)}
+                               response_mask=response_mask, loss_agg_mode=loss_agg_mode, config=cfg, **kwargs)
+        out = {"loss": loss, "per_token": seen["loss_mat"],
+               "metrics": {k: float(v) for k, v in metrics.items()},
+               "clip_ratio_c": float(cfg.get("clip_ratio_c", 3.0)),
+               "clip_ratio_low": float(cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio),
+               "clip_ratio_high": float(cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio)}
+        if weights is not None:
+            out["rollout_is_weights"] = weights
+        if rollout_correction is not None:
+            out["response_mask"] = response_mask
+        return out
+
+    def rollout_correction(t: dict[str, Any], **settings: Any) -> dict[str, Any]:
+        weights, mask, _ = rollout_corr.compute_rollout_correction_and_rejection_mask(
+            old_log_prob=t["old_log_prob"], rollout_log_prob=t["rollout_log_prob"], response_mask=t["response_mask"], **settings)
+        out = {"response_mask": mask}
+        if weights is not None:
+            out["rollout_is_weights"] = weights.batch["rollout_is_weights"]
+        return out
 
     def value_loss(t: dict[str, Any], *, cliprange_value: float, loss_agg_mode: str = "token-mean", dp_size: int = 1,
                    batch_num_tokens: Any = None, global_batch_size: Any = None, loss_scale_factor: Any = None) -> dict[str, Any]:
@@ -114,6 +165,7 @@ def load() -> dict[str, Any]:
         "agg_loss": agg_loss,
         "kl_penalty": kl_penalty,
         "policy_loss": policy_loss,
+        "rollout_correction": rollout_correction,
         "value_loss": value_loss,
         "advantage": advantage,
         "masked_whiten": masked_whiten,

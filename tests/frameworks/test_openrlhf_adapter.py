@@ -36,6 +36,14 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     'ppo_token_loss': 'preset',  # its own log_ratio_clamp=20.0 (golden vectors with |d| > 20)
     'gspo_token_loss': 'fail',  # an overflowing ratio with A = 0 gives NaN (golden gspo/overflowing-ratio-zero-advantage)
     'value_token_loss': 'pass',
+    # spec v1.1, through PolicyLoss's is_correction options (the coefficient read by the probe of the adapter's
+    # docstring). "pass" with not-implemented cases (partial): level='sequence' and batch_normalize=True have no
+    # OpenRLHF setting; every token-level case it is asked (the property case of seed 3650781494 and the
+    # token-level golden vectors) matches canonical at float32 precision.
+    'rollout_is_weights': 'pass',
+    # "pass" (partial): statistic k1/k2/k3 and level seq_sum/seq_max/seq_all are not implemented; the ratio
+    # at level token and seq_mean (the "seq" gate's geometric mean) matches exactly.
+    'rollout_rejection_mask': 'pass',
 }
 
 EXTRA = {  # row id -> (status, matched preset)
@@ -70,6 +78,29 @@ EXTRA = {  # row id -> (status, matched preset)
     'openrlhf.advantages[reinforce_baseline]': ('preset', 'openrlhf'),
     'openrlhf.advantages[gae,gamma=1,lambd=1]': ('preset', 'openrlhf'),
     'openrlhf.advantages[gae,gamma=0.99,lambd=0.95]': ('fail', None),
+    # --- the rollout-engine importance correction inside PolicyLoss (spec v1.1, models/loss.py:216-247) ---
+    # the coefficient with is_correction_level="token", every mode and bound the generator asks (all 8
+    # property seeds at token level): rho clamped ("clip" = truncate) or zeroed outside the band ("mask").
+    'openrlhf.PolicyLoss.is_coef[token]': ('pass', None),
+    # the two default configurations, threshold (0.5, 5.0), as fixed keywords (so canonical under them)
+    'openrlhf.PolicyLoss.is_coef[token,mask]': ('pass', None),
+    'openrlhf.PolicyLoss.is_coef[token,clip]': ('pass', None),
+    # the "mask" gate's keep decision: per token, and per row on the geometric mean (level "seq" =
+    # rollout_rejection_mask(level="seq_mean")), at the default and at a tight threshold
+    'openrlhf.PolicyLoss.is_keep[token]': ('pass', None),
+    'openrlhf.PolicyLoss.is_keep[seq]': ('pass', None),
+    'openrlhf.PolicyLoss.is_keep[seq,threshold=(0.8, 1.25)]': ('pass', None),
+    # level "seq": not the spec's one-weight-per-row rollout_is_weights(level="sequence", seq_stat="geometric",
+    # mode="mask"), but each surviving token's own rho = rollout_is_weights(mode="none") x
+    # rollout_rejection_mask(level="seq_mean", lo=0.5, hi=5.0), as NOT_EXPRESSIBLE["openrlhf"] records
+    'openrlhf.PolicyLoss.is_coef[seq,mask]': ('preset', 'openrlhf'),
+    # the corrected PPO loss (trainer normalisers; rejected tokens stay in the token count), value and
+    # gradient: the defaults are the openrlhf preset of rollout_is_weights (mask/truncate on [0.5, 5]) times
+    # canonical ppo_token_loss; an explicit threshold is canonical; "seq" is the composition above times PPO
+    'openrlhf.PolicyLoss[ppo,is_correction=token/mask]': ('preset', 'openrlhf'),
+    'openrlhf.PolicyLoss[ppo,is_correction=token/clip]': ('preset', 'openrlhf'),
+    'openrlhf.PolicyLoss[ppo,is_correction=token/mask,threshold=(0.8, 1.25)]': ('pass', None),
+    'openrlhf.PolicyLoss[ppo,is_correction=seq/mask]': ('preset', 'openrlhf'),
 }
 
 
@@ -131,3 +162,107 @@ def test_import_stubs_are_reported(adapter):
     """On CPU the worker skips the package __init__ files and stubs deepspeed and ray (never flash_attn)."""
     assert any(s.startswith("deepspeed") for s in adapter.stubs)
     assert not any("flash_attn" in s for s in adapter.stubs)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rollout importance correction (spec v1.1): how it is read, and what OpenRLHF does
+# ---------------------------------------------------------------------------------------------
+
+RHO = np.array([[1.0, 3.0, 1.0, 0.5, 1.5]])  # the spec's worked row (offpolicy.is_weights.md), token 0 masked
+RHO_MASK = np.array([[False, True, True, True, True]])
+
+
+def _rho_inputs(rho=RHO):
+    old = np.full(rho.shape, -1.0, dtype=np.float32)
+    return old, (old - np.log(rho)).astype(np.float32)
+
+
+@pytest.mark.frameworks
+def test_probe_reads_the_coefficient_policy_loss_multiplies_by(adapter):
+    """The probe (log_probs = old_log_probs, A = -1) reads coef; PolicyLoss with real log-probs and advantages
+    then yields exactly coef x its uncorrected per-token loss (models/loss.py:241), bit for bit in float32."""
+    rng = np.random.default_rng(5)
+    m = np.ones((3, 6), dtype=bool)
+    m[:, 0] = False
+    old = -np.abs(rng.normal(0, 1.5, size=m.shape)).astype(np.float32)
+    roll = (old + rng.normal(0, 1.0, size=m.shape)).astype(np.float32)
+    lp = (old + rng.normal(0, 0.5, size=m.shape)).astype(np.float32)
+    adv = rng.normal(0, 1, size=m.shape).astype(np.float32)
+    arrays = {"log_probs": lp, "old_log_probs": old, "advantages": adv, "rollout_log_probs": roll, "action_mask": m.astype(np.float32)}
+    plain = adapter.call("policy_loss", arrays, {"init": {"policy_loss_type": "ppo"}})["outputs"]["per_token"]
+    for level, mode in (("token", "mask"), ("token", "clip"), ("seq", "mask")):
+        init = adapter.correction_init(level, mode, (0.5, 5.0))
+        corrected = adapter.call("policy_loss", arrays, {"init": init})["outputs"]["per_token"]
+        coef = adapter.is_correction_coef(old, roll, m, level=level, mode=mode, threshold=(0.5, 5.0))
+        np.testing.assert_array_equal(np.where(m, corrected, 0), np.where(m, coef * plain, 0))
+
+
+@pytest.mark.frameworks
+def test_seq_level_keeps_each_tokens_own_rho(adapter):
+    """is_correction_level="seq" (mask, [0.5, 5]): the row's geometric mean 2.25^(1/4) = 1.2247 is in bounds,
+    so the row is kept, but each token keeps its own rho (models/loss.py:223-224 gate, :239 coef), where the
+    spec's sequence-level weight is 1.2247 on every token. Hence rollout_is_weights(level="sequence") is not
+    implemented and the framework row openrlhf.PolicyLoss.is_coef[seq,mask] names the composition."""
+    old, roll = _rho_inputs()
+    coef = adapter.is_correction_coef(old, roll, RHO_MASK, level="seq", mode="mask", threshold=(0.5, 5.0))
+    np.testing.assert_allclose(coef, [[0, 3, 1, 0.5, 1.5]], rtol=1e-6)
+    o, r = old.astype(np.float64), roll.astype(np.float64)
+    spec_row = oracle.rollout_is_weights(o, r, RHO_MASK, level="sequence", seq_stat="geometric", mode="mask", lo=0.5, hi=5.0)
+    np.testing.assert_allclose(spec_row, [[0] + [2.25 ** 0.25] * 4], rtol=1e-6)
+    composition = oracle.rollout_is_weights(o, r, RHO_MASK, mode="none") * oracle.rollout_rejection_mask(
+        o, r, RHO_MASK, level="seq_mean", lo=0.5, hi=5.0)
+    np.testing.assert_allclose(coef, composition, rtol=1e-6)
+    with pytest.raises(NotImplementedError):
+        adapter.rollout_is_weights(old, roll, RHO_MASK, level="sequence", seq_stat="geometric", mode="mask", lo=0.5, hi=5.0)
+
+
+@pytest.mark.frameworks
+def test_keep_of_an_underflowed_ratio(adapter):
+    """A kept token whose rho underflows to 0 in float32 (old - rollout = -150) has coef 0 like a rejected
+    one; the adapter tells them apart with PolicyLoss's is_filter_ratio (loss.py:243-246): with no lower
+    bound (threshold low = 0.0) it is kept, with lo = 0.1 it is not."""
+    old, roll = _rho_inputs()
+    roll[0, 2] = old[0, 2] + 150.0
+    o, r = old.astype(np.float64), roll.astype(np.float64)
+    for kw in ({"hi": 2.0}, {"lo": 0.1}, {"level": "seq_mean", "hi": 2.0}):
+        got = adapter.rollout_rejection_mask(old, roll, RHO_MASK, **kw)
+        np.testing.assert_array_equal(got, oracle.rollout_rejection_mask(o, r, RHO_MASK, **kw))
+    assert adapter.rollout_rejection_mask(old, roll, RHO_MASK, hi=2.0)[0, 2]
+    # a row whose every rho underflows: its geometric mean 0 is kept without a lower bound (asked alone)
+    gone = np.stack([roll[0], old[0] + 150.0]).astype(np.float32)
+    olds, both = np.stack([old[0], old[0]]), np.vstack([RHO_MASK, RHO_MASK])
+    got = adapter.rollout_rejection_mask(olds, gone, both, level="seq_mean", hi=2.0)
+    np.testing.assert_array_equal(got, both)
+
+
+@pytest.mark.frameworks
+def test_not_expressible_settings(adapter):
+    """What PolicyLoss's is_correction options cannot express: level="seq" with "clip" is refused by
+    PolicyLoss itself (loss.py:166-169); k1/k2/k3 statistics and seq_sum/seq_max/seq_all have no gate
+    (loss.py:222-233), batch normalisation no option."""
+    old, roll = _rho_inputs()
+    arrays = {"log_probs": old, "old_log_probs": old, "advantages": -np.ones_like(old), "rollout_log_probs": roll,
+              "action_mask": RHO_MASK.astype(np.float32)}
+    with pytest.raises(ValueError, match="is_correction_mode=clip requires"):
+        adapter.call("policy_loss", arrays, {"init": adapter.correction_init("seq", "clip", (0.5, 5.0))})
+    for kw in ({"statistic": "k1", "lo": -0.5}, {"level": "seq_sum", "hi": 2.0}, {"level": "seq_all", "hi": 2.0}):
+        with pytest.raises(NotImplementedError):
+            adapter.rollout_rejection_mask(old, roll, RHO_MASK, **kw)
+    with pytest.raises(NotImplementedError):
+        adapter.rollout_is_weights(old, roll, RHO_MASK, batch_normalize=True)
+    assert adapter.unsupported_kwargs["rollout_is_weights"] == {"level": ("sequence",), "batch_normalize": (True,)}
+
+
+@pytest.mark.frameworks
+def test_finding_seq_filter_ratio_counts_empty_rows(adapter):
+    """A metric, not the loss: at level "seq" is_filter_ratio = filtered.float().mean() over all B rows
+    (loss.py:243-244), and a row without action tokens has a NaN mean (masked_mean divides 0 by 0,
+    models/utils.py:199-202), so it counts as filtered: one kept row and one empty row log 0.5, not 0.
+    (Its coefficient is 0 on masked positions only, so the loss is unaffected.)"""
+    old = np.full((2, 4), -1.0, dtype=np.float32)
+    m = np.array([[False, True, True, True], [False, False, False, False]])
+    arrays = {"log_probs": old, "old_log_probs": old, "advantages": -np.ones_like(old), "rollout_log_probs": old,
+              "action_mask": m.astype(np.float32)}
+    out = adapter.call("policy_loss", arrays, {"init": adapter.correction_init("seq", "mask", (0.5, 5.0))})["outputs"]
+    assert out["is_filter_ratio"] == pytest.approx(0.5)
+    assert adapter.rollout_rejection_mask(old, old, m, level="seq_mean", lo=0.5, hi=5.0)[0, 1:].all()

@@ -20,7 +20,7 @@ trl = pytest.importorskip("trl", reason="TRL is not installed (pip install -c .c
 import oracle  # noqa: E402
 from conformance import cases, trl_checks  # noqa: E402
 from conformance.adapters import BUILTIN_ADAPTERS, load_adapter  # noqa: E402
-from conformance.commands.check import load_adapters  # noqa: E402
+from conformance.commands.check import golden_cases, load_adapters  # noqa: E402
 from conformance.registry import BY_FUNCTION  # noqa: E402
 from conformance.suite import check_row, seeds_for  # noqa: E402
 
@@ -144,6 +144,22 @@ EXPECTED = {  # row id -> (status, matched_kwargs)
     "trl.grpo_loss[sapo,on_policy,beta=0]": ("not_implemented", None),  # gradient checked, value not a spec quantity
     "trl.grpo_loss[vespo,beta=0]": ("not_implemented", None),
     "trl.grpo_loss[sapo,beta=0]": ("not_implemented", None),
+    # Rollout corrections (trl_checks.offpolicy_configs): canonical = aggregate(keep*w*ppo + beta*k3,
+    # mask, mode), the KL term unweighted and every valid token in the denominator.
+    # token_truncate: w = min(rho, 2) multiplies the PPO token loss, value and gradient (no zero weight,
+    # so the "rejected tokens" contrast cannot be told apart on this row).
+    "trl.grpo_loss[dapo,is=token_truncate(max=2),beta=0]": ("pass", None),
+    # TRL's defaults (sequence_mask, clip_max 3, use_bias_correction_kl): only the KL's own ratio r_t
+    # (the existing KL preset), not the IS weight, multiplies k3.
+    "trl.grpo_loss[dapo,is=sequence_mask(max=3),beta=0.04]": ("preset", KL_PRESET),
+    # the same without the bias-corrected KL: exactly canonical, zero-weight rows still in num_items_in_batch
+    "trl.grpo_loss[dapo,is=sequence_mask(max=3),use_bias_correction_kl=False,beta=0.04]": ("pass", None),
+    # OPSM without vLLM reads old_per_token_logps (:3073); bnpo divides by _compute_loss's own mask.sum()
+    "trl.grpo_loss[bnpo,opsm,beta=0]": ("pass", None),
+    # both corrections, OPSM against the sampling log-probs, token-level masked IS with both bounds
+    "trl.grpo_loss[dapo,is=token_mask(min=0.5,max=2),opsm,use_bias_correction_kl=False,beta=0.04]": ("pass", None),
+    # per-token advantages (OPSM per token), per-sequence mean, bias-corrected KL: the KL preset again
+    "trl.grpo_loss[grpo,is=sequence_truncate(max=3),opsm,A=[B,T],beta=0.04]": ("preset", KL_PRESET),
 }
 CONFIGS = {cfg.row_id: cfg for cfg in trl_checks.loss_configs()}
 
@@ -304,3 +320,223 @@ def test_finding_row_mask_does_not_isolate_gradients():
 def test_helper_rows(adapter):
     assert trl_checks.nanstd_row(adapter, 0).status == "pass"
     assert trl_checks.fused_softmax_entropy_row(adapter, 0).status == "pass"
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1: off_policy_sequence_mask (get_off_policy_mask) and rollout_is_weights (TRL's vLLM
+# importance-sampling correction through a stubbed vLLM backend)
+# ---------------------------------------------------------------------------------------------
+
+
+def _v11_row(adapter, function):
+    record = BY_FUNCTION[function]
+    return check_row(record, adapter, seeds=seeds_for(function, 0, 10), golden=golden_cases(record))
+
+
+def test_off_policy_sequence_mask_row_passes(adapter):
+    """GRPOTrainer.get_off_policy_mask is the spec's OPSM for every case, [B] and [B, T] advantages
+    (property cases, golden vectors and the mask invariant), at float64 in every dtype: a comparison
+    of a mean with the threshold, well-conditioned cases only."""
+    row = _v11_row(adapter, "off_policy_sequence_mask")
+    assert row.status == "pass", row.message
+    assert row.not_implemented_cases == [] and row.checks.get("golden") == "pass"
+    assert not row.precision_findings
+
+
+def test_opsm_worked_example(adapter):
+    """offpolicy.opsm.md worked values: old - logp = [0.25, 0.75] on a row, D = 0.5."""
+    logp = torch.tensor([[0.0, -1.0, -2.0]], dtype=torch.float64)
+    old = logp + torch.tensor([[0.0, 0.25, 0.75]], dtype=torch.float64)
+    mask = torch.tensor([[False, True, True]])
+
+    def kept(A, threshold):
+        return adapter.off_policy_sequence_mask(logp, old, A, mask, threshold=threshold)[0, 1:].tolist()
+
+    minus = torch.tensor([-1.0], dtype=torch.float64)
+    assert kept(minus, 0.4) == [False, False]  # D > 0.4 and A < 0
+    assert kept(minus, 0.5) == [True, True]  # D <= 0.5, inclusive
+    assert kept(torch.tensor([1.0], dtype=torch.float64), 0.0) == [True, True]
+    assert kept(torch.tensor([0.0], dtype=torch.float64), -5.0) == [True, True]  # A = 0 is kept
+    assert kept(torch.tensor([[0.0, -1.0, 2.0]], dtype=torch.float64), 0.1) == [False, True]  # per token
+
+
+def test_rollout_is_weights_row_passes_partially(adapter):
+    """TRL's correction, computed by its own _generate_and_score_completions, is the spec's
+    rollout_is_weights for every keyword set TRL's four modes express; the rest is not implemented
+    (mode='none', seq_stat='geometric', batch_normalize). TRL holds log-probs in float32, so float64
+    inputs meet float32 precision: a precision finding, not a semantic one."""
+    row = _v11_row(adapter, "rollout_is_weights")
+    assert row.status == "pass", row.message
+    assert row.not_implemented_cases, "some keyword sets are not TRL modes"
+    assert row.checks.get("property") == "pass" and row.checks.get("golden") == "pass"
+    found = {f["dtype"]: f for f in row.precision_findings}
+    assert set(found) == {"float64"} and found["float64"]["meets"] == "float32", row.precision_findings
+
+
+RHO = [3.0, 1.0, 0.5, 1.5]
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [  # offpolicy.is_weights.md worked values
+        ({}, [2.0, 1.0, 0.5, 1.5]),
+        ({"lo": 0.8}, [2.0, 1.0, 0.8, 1.5]),
+        ({"mode": "mask"}, [0.0, 1.0, 0.5, 1.5]),
+        ({"mode": "mask", "lo": 0.8}, [0.0, 1.0, 0.0, 1.5]),
+        ({"level": "sequence"}, [2.0] * 4),
+        ({"level": "sequence", "mode": "mask"}, [0.0] * 4),
+        ({"level": "sequence", "mode": "mask", "hi": 3.0}, [2.25] * 4),  # TRL's default mode and clip_max
+    ],
+)
+def test_rollout_is_weights_worked_example(adapter, kwargs, expected):
+    old = torch.tensor([[0.0, -1.0, -0.7, -2.0, -0.4, 0.0]], dtype=torch.float64)
+    rollout = old.clone()
+    rollout[0, 1:5] -= torch.log(torch.tensor(RHO, dtype=torch.float64))
+    mask = torch.tensor([[False, True, True, True, True, False]])
+    got = adapter.rollout_is_weights(old, rollout, mask, **kwargs)
+    assert got[0, 0] == 0 and got[0, 5] == 0  # exactly 0 outside the mask
+    np.testing.assert_allclose(got[0, 1:5].numpy(), expected, rtol=2e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"mode": "none"},  # every TRL mode bounds the ratio
+        {"level": "sequence", "seq_stat": "geometric"},  # TRL's sequence ratio is the product
+        {"batch_normalize": True},
+        {"log_ratio_clamp": 20.0},
+        {"lo": None, "hi": None},  # *_truncate needs a bound (grpo_config.py:1162-1171)
+        {"mode": "mask", "lo": 2.0, "hi": 2.0},  # clip_min < clip_max (grpo_config.py:1152-1160)
+    ],
+)
+def test_rollout_is_weights_not_expressible(adapter, kwargs):
+    x = torch.zeros(1, 3, dtype=torch.float64)
+    with pytest.raises(NotImplementedError):
+        adapter.rollout_is_weights(x, x, torch.tensor([[False, True, True]]), **kwargs)
+
+
+def test_rollout_is_weights_is_computed_by_trl(adapter, monkeypatch):
+    """The ratio comes out of GRPOTrainer._generate_and_score_completions (TRL's (B, 1) for sequence
+    modes), with TRL's own old_per_token_logps and the env_mask as its tool_mask."""
+    from trl import GRPOTrainer
+
+    seen = {}
+    original = GRPOTrainer._generate_and_score_completions
+
+    def spy(self, inputs):
+        out = original(self, inputs)
+        seen.update(out)
+        return out
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", spy)
+    old = torch.tensor([[0.0, -1.0, -2.0, -0.5], [0.0, -0.3, -0.7, -1.1]], dtype=torch.float64)
+    rollout = old - torch.tensor([[0.0, 0.4, -0.1, 0.3], [0.0, 0.2, 0.9, 0.1]], dtype=torch.float64)
+    mask = torch.tensor([[False, True, True, True], [False, True, False, True]])
+    got = adapter.rollout_is_weights(old, rollout, mask, level="sequence", mode="truncate", hi=3.0)
+    assert seen["importance_sampling_ratio"].shape == (2, 1)
+    assert seen["tool_mask"].tolist() == [[1, 1, 1], [1, 0, 1]]
+    np.testing.assert_allclose(seen["importance_sampling_ratio"][:, 0].numpy(), [math.exp(0.6), math.exp(0.3)], rtol=1e-6)
+    np.testing.assert_allclose(got[1].numpy(), [0, math.exp(0.3), 0, math.exp(0.3)], rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # transformers' deprecation notes on TrainingArguments
+def test_use_vllm_needs_vllm_without_the_stub(adapter):
+    """Why the stub: GRPOConfig(use_vllm=True) makes GRPOTrainer.__init__ build VLLMGeneration
+    (grpo_trainer.py:1105-1138), which raises ImportError without vllm (vllm_generation.py:294-298)."""
+    pytest.importorskip("datasets")
+    try:
+        import vllm  # noqa: F401
+
+        pytest.skip("vllm is installed")
+    except ImportError:
+        pass
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    world = adapter._world_()
+    args = GRPOConfig(output_dir=world._tmp.name + "/no-vllm", per_device_train_batch_size=2, num_generations=2,
+                      report_to=[], use_cpu=True, bf16=False, use_vllm=True)
+    with pytest.raises(ImportError, match="vLLM is not available"):
+        GRPOTrainer(model=world.model_dir, reward_funcs=world._reward, args=args, processing_class=world.tokenizer,
+                    train_dataset=Dataset.from_dict({"prompt": ["w0"] * 2}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Rollout corrections inside _compute_loss: where the IS weight and the OPSM mask act
+# ---------------------------------------------------------------------------------------------
+
+OFFPOLICY_ROWS = [cfg.row_id for cfg in trl_checks.offpolicy_configs()]
+
+
+@pytest.mark.parametrize("row_id", OFFPOLICY_ROWS)
+def test_offpolicy_rows_tell_the_contrasts_apart(adapter, row_id):
+    """Each rollout-correction row is selected by `--only 'offpolicy.*'`, and on the seed-0 batch the
+    matched composition is told apart from the correction also weighting the KL term (rows with
+    beta > 0) and from rejected tokens (keep*w = 0) leaving the loss mask (rows with such tokens)."""
+    cfg = CONFIGS[row_id]
+    run = trl_checks.run_loss_config(adapter, cfg, seed=0)
+    comps = trl_checks.compositions(run, on_policy=False)
+    assert comps[0].spec_id.startswith("offpolicy.")
+    matched = next(c for c in comps if trl_checks.compare_run(run, c)[0].ok)
+    assert not matched.contrast
+    told = trl_checks.contrasts(run, comps, matched)
+    lp = oracle.token_logprobs_from_hidden(run["hidden"], run["weight"], run["input_ids"], run["mask"], temperature=run["temperature"])
+    rejected = int(((comps[0].correction(lp) == 0) & run["mask"]).sum())
+    kl_label = next((k for k in told if k.endswith("correction on the KL term too")), None)
+    assert (kl_label is not None) == (run["beta"] > 0)
+    if kl_label is not None:
+        assert not told[kl_label].ok
+    drop_label = next(k for k in told if k.endswith("rejected tokens out of the loss mask"))
+    if "token_truncate" in row_id:  # truncation never gives a zero weight: nothing to tell apart
+        assert rejected == 0 and told[drop_label].ok
+    else:
+        assert rejected > 0 and not told[drop_label].ok
+
+
+def _tiny_batch(adapter, config, *, advantage, ratio, ref_shift=0.5):
+    """One row, a 2-token prompt and a 2-token completion, on-policy (old = TRL's own log-probs, so
+    r = 1 and the PPO token loss is -A), ref = logp - ref_shift, and the given IS ratio tensor."""
+    batch = {
+        "prompt_ids": torch.tensor([[5, 6]]),
+        "prompt_mask": torch.ones(1, 2, dtype=torch.long),
+        "completion_ids": torch.tensor([[7, 8]]),
+        "completion_mask": torch.ones(1, 2, dtype=torch.long),
+        "advantages": torch.tensor([advantage], dtype=torch.float32),
+    }
+    logp = adapter.grpo_current_logps(batch, **config)
+    batch["old_per_token_logps"] = logp.clone()
+    batch["ref_per_token_logps"] = logp - ref_shift
+    batch["importance_sampling_ratio"] = torch.tensor(ratio, dtype=torch.float32)
+    return batch
+
+
+VLLM = {"use_vllm": True, "vllm_importance_sampling_correction": True}
+
+
+def test_minimal_repro_is_weight_is_not_applied_to_the_kl_term(adapter):
+    """grpo_trainer.py:3146-3150: per_token_loss * importance_sampling_ratio, then + beta * per_token_kl.
+    A = 0 (no policy term), a sequence weight of 0 (sequence_mask rejecting the row): the loss is the
+    whole KL term, beta * mean(k3), not 0, and its gradient is the KL's, beta * (1 - e^(ref - logp)) / n."""
+    config = dict(loss_type="bnpo", beta=0.04, use_bias_correction_kl=False, **VLLM)
+    run = adapter.grpo_loss(_tiny_batch(adapter, config, advantage=0.0, ratio=[[0.0]]), **config)
+    k3 = math.exp(-0.5) + 0.5 - 1  # ref - logp = -0.5
+    assert run["loss"] == pytest.approx(0.04 * k3, rel=1e-5)  # would be 0 if the weight multiplied the KL
+    g = run["grad_logp"][run["mask"]].numpy()
+    np.testing.assert_allclose(g, 0.04 * (1 - math.exp(-0.5)) / 2, rtol=1e-5)
+    # the ratio is read only when use_vllm is on (:3146): the same batch without it gives the same loss here,
+    # and with A = 1 the zero weight removes the policy term only with use_vllm
+    plain = {"loss_type": "bnpo", "beta": 0.04, "use_bias_correction_kl": False}
+    with_policy = adapter.grpo_loss(_tiny_batch(adapter, config, advantage=1.0, ratio=[[0.0]]), **config)
+    without_vllm = adapter.grpo_loss(_tiny_batch(adapter, plain, advantage=1.0, ratio=[[0.0]]), **plain)
+    assert with_policy["loss"] == pytest.approx(0.04 * k3, rel=1e-5)
+    assert without_vllm["loss"] == pytest.approx(-1 + 0.04 * k3, rel=1e-5)
+
+
+def test_minimal_repro_rejected_tokens_count_in_the_denominator(adapter):
+    """bnpo divides by _compute_loss's mask.sum() (:3159), the loss mask before any correction: with
+    A = 1 on-policy (PPO token loss -1) and token weights [0, 1], the loss is (0*-1 + 1*-1) / 2 = -0.5,
+    not -1 (the mean over the kept token). OPSM is the same multiplication (:3140-3141)."""
+    config = dict(loss_type="bnpo", beta=0.0, **VLLM)
+    run = adapter.grpo_loss(_tiny_batch(adapter, config, advantage=1.0, ratio=[[0.0, 1.0]]), **config)
+    assert run["loss"] == pytest.approx(-0.5, rel=1e-5)
+    np.testing.assert_allclose(run["grad_logp"][run["mask"]].numpy(), [0.0, -0.5], atol=1e-6)

@@ -9,6 +9,7 @@ Pins every row's status as established against verl 0.9.1 (torch 2.13.0 CPU) and
 
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -76,6 +77,18 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     'cispo_token_loss': 'pass',
     'value_token_loss': 'pass',
     'aggregate': 'fail',
+    # --- spec v1.1 (rollout_corr_helper.py); every row is also 'partial': the keyword values verl has no
+    # setting for are "not implemented" cases (verl_adapter.py's module docstring lists them) ---
+    # verl clamps every log-ratio (and the sequence sum) to +-SAFETY_BOUND = 20 before exp
+    # (rollout_corr_helper.py:75, :575, :585): preset verl (log_ratio_clamp=20.0), decided by the golden
+    # vector rollout_is_weights/preset-verl (log-ratios beyond 20); canonical on every property case
+    'rollout_is_weights': 'preset',
+    # the spec's k1 bounds passed as "exp(lo)_exp(hi)" (verl compares -log_ratio with [log lower,
+    # log upper]), k2/k3 as an upper bound: canonical (kl_of='rollout_old') on every case it offers
+    'rollout_rejection_mask': 'pass',
+    # decoupled mode with token TIS: compute_policy_loss_vanilla against prox times min(e^(prox - behav), cap),
+    # value and gradient canonical (the +-20 log-ratio clamps never bind on these cases)
+    'decoupled_ppo_token_loss': 'pass',
 }
 
 EXTRA = {  # row id -> (status, matched preset)
@@ -126,6 +139,26 @@ EXTRA = {  # row id -> (status, matched preset)
     'verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=False]': ('preset', 'verl'),
     'verl.rloo_vectorized_advantages': ('pass', None),
     'verl.compute_gae_advantage_return': ('pass', None),
+    # k1 rejection thresholds read as verl documents them (ratio bounds on pi_old/pi_rollout): IcePop's
+    # asymmetric "0.5_5.0" FAILs at every k1 level (verl bounds pi_rollout/pi_old: the keep decisions
+    # for r in (2, 5] and [0.2, 0.5) are swapped); the reciprocal "0.5_2.0" (verl's decoupled_seq_is_rs
+    # default) passes, both readings coincide
+    'verl.compute_rollout_rejection_mask[token_k1,0.5_5.0]': ('fail', None),
+    'verl.compute_rollout_rejection_mask[seq_sum_k1,0.5_5.0]': ('fail', None),
+    'verl.compute_rollout_rejection_mask[seq_mean_k1,0.5_5.0]': ('fail', None),
+    'verl.compute_rollout_rejection_mask[token_k1,0.5_2.0]': ('pass', None),
+    'verl.compute_rollout_rejection_mask[seq_sum_k1,0.5_2.0]': ('pass', None),
+    'verl.compute_rollout_rejection_mask[seq_mean_k1,0.5_2.0]': ('pass', None),
+    # decoupled mode, token TIS: decoupled_ppo_token_loss(behav_cap=2.0) with ActorConfig's dual clip 3 = preset verl
+    'verl.policy_loss[vanilla,token-mean,rollout_is=token,rollout_is_threshold=2.0]': ('preset', 'verl'),
+    # decoupled mode, sequence TIS: ppo_token_loss * rollout_is_weights(level='sequence'), both at their verl
+    # presets; ActorConfig's dual clip 3 decides (4 tokens with A < 0 and ratio > 3; no sequence sum nears 20)
+    'verl.policy_loss[vanilla,token-mean,rollout_is=sequence,rollout_is_threshold=2.0]': ('preset', 'verl'),
+    # bypass ppo_clip: PPO against the rollout on the seq_mean_k3-rejected response, divided by the unmasked
+    # token count; canonical (no kept row has A < 0 with a ratio above the dual clip 3)
+    'verl.policy_loss[bypass_mode,ppo_clip,token-mean,rollout_rs=seq_mean_k3,rollout_rs_threshold=0.5]': ('pass', None),
+    # bypass reinforce: -A * logp * min(prod pi_theta/pi_rollout, 2), the weight a constant: canonical
+    'verl.policy_loss[bypass_mode,reinforce,token-mean,rollout_is=sequence,rollout_is_threshold=2.0]': ('pass', None),
 }
 
 
@@ -219,3 +252,147 @@ def test_dual_clip_off_is_exact(adapter):
     u = rng.normal(size=(3, 5))
     np.testing.assert_allclose(adapter.ppo_token_loss(lp, old, A, m), oracle.ppo_token_loss(lp, old, A, m), rtol=1e-12)
     np.testing.assert_allclose(adapter.ppo_token_loss_grad(lp, old, A, m, u), oracle.ppo_token_loss_grad(lp, old, A, m, u), rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1 (rollout_corr_helper.py): the k1 rejection bounds, the keyword translations
+# ---------------------------------------------------------------------------------------------
+
+
+def _rollout_arrays(old, rollout, mask):
+    return {"old_log_prob": old, "rollout_log_prob": rollout, "response_mask": mask.astype(old.dtype)}
+
+
+@pytest.mark.frameworks
+def test_finding_k1_rejection_bounds_act_on_the_inverse_ratio(adapter, extra):
+    """CONFIRMED: a k1 "lower_upper" rollout_rs_threshold is documented as ratio bounds, r = pi_old/pi_rollout
+    (trainer/config/algorithm.py:107-124: "token_k1": rejection with -log r, "ratio thresholds"; log_ratio is
+    the "Log ratio of training policy probability to rollout policy probability", rollout_corr_helper.py:219;
+    decoupled_geo_rs "uses IS ratio semantics", :268-270), and the same config's IS threshold in the same
+    form keeps lower <= r <= upper (IcePop, :94). verl computes k1 = -log_ratio (:263) kept when
+    log(lower) <= k1 <= log(upper) (:300-301, :316): 1/upper <= r <= 1/lower, bounds on pi_rollout/pi_old.
+    Minimal reproduction: r = 3, 0.3, 1 with IcePop's "0.5_5.0": token_k1 keeps [F, T, T]; the
+    documented reading (and verl's own IS "0.5_5.0") keeps [T, F, T]. Reciprocal bounds agree."""
+    r = np.array([3.0, 0.3, 1.0])
+    m = np.zeros((3, 2), dtype=bool)
+    m[:, 1] = True
+    rollout = np.full((3, 2), -1.0)
+    old = rollout + np.log(r)[:, None]
+    arrays = _rollout_arrays(old, rollout, m)
+    keep = adapter.call("rollout_correction", arrays, {"rollout_rs": "token_k1", "rollout_rs_threshold": "0.5_5.0"})["outputs"]["response_mask"]
+    assert keep[:, 1].tolist() == [0.0, 1.0, 1.0]  # verl: drops r = 3, keeps r = 0.3
+    icepop = adapter.call("rollout_correction", arrays, {"rollout_is": "token", "rollout_is_threshold": "0.5_5.0"})["outputs"]["rollout_is_weights"]
+    np.testing.assert_allclose(icepop[:, 1], [3.0, 0.0, 1.0], rtol=1e-12)  # the IS "0.5_5.0" keeps 0.5 <= r <= 5
+    documented = oracle.rollout_rejection_mask(old, rollout, m, lo=0.5, hi=5.0)  # statistic="ratio": 0.5 <= r <= 5
+    assert documented[:, 1].tolist() == [True, False, True]
+    computed = oracle.rollout_rejection_mask(old, rollout, m, statistic="k1", lo=np.log(0.5), hi=np.log(5.0))
+    np.testing.assert_array_equal(keep > 0.5, computed)  # = (statistic="ratio", lo=1/5, hi=1/0.5)
+    np.testing.assert_array_equal(computed, oracle.rollout_rejection_mask(old, rollout, m, lo=0.2, hi=2.0))
+    for level in ("seq_sum", "seq_mean"):  # one token per row: the sequence options decide the same
+        out = adapter.call("rollout_correction", arrays, {"rollout_rs": f"{level}_k1", "rollout_rs_threshold": "0.5_5.0"})["outputs"]
+        assert out["response_mask"][:, 1].tolist() == [0.0, 1.0, 1.0], level
+    # reciprocal bounds (verl's own factories, "0.5_2.0"): both readings keep only r = 1
+    keep = adapter.call("rollout_correction", arrays, {"rollout_rs": "token_k1", "rollout_rs_threshold": "0.5_2.0"})["outputs"]["response_mask"]
+    assert keep[:, 1].tolist() == [0.0, 0.0, 1.0]
+    # the framework rows say so, with the same reproduction
+    for option in ("token_k1", "seq_sum_k1", "seq_mean_k1"):
+        row = extra[f"verl.compute_rollout_rejection_mask[{option},0.5_5.0]"]
+        assert row.status == "fail" and "the bounds act on the inverse ratio" in row.message, row.message
+        assert "verl keeps [False, True, True], the documented reading keeps [True, False, True]" in row.message
+        assert extra[f"verl.compute_rollout_rejection_mask[{option},0.5_2.0]"].status == "pass"
+
+
+@pytest.mark.frameworks
+def test_k1_bounds_translation_is_faithful(adapter):
+    """The spec's k1 bounds (kl_of="rollout_old": k1 = rollout - old) go to verl as "exp(lo)_exp(hi)": verl
+    then tests exactly lo <= k1 <= hi. The spec's worked values (offpolicy.rejection.md): r = [3, 1, 0.5,
+    1.5], statistic="k1", lo=-0.5, hi=1.5 keeps [F, T, T, T]."""
+    r = np.array([[1.0, 3.0, 1.0, 0.5, 1.5]])
+    m = np.array([[False, True, True, True, True]])
+    rollout = np.full(r.shape, -2.0)
+    old = rollout + np.log(r)
+    keep = adapter.rollout_rejection_mask(old, rollout, m, statistic="k1", lo=-0.5, hi=1.5)
+    assert keep.dtype == bool and keep.tolist() == [[False, False, True, True, True]]
+    np.testing.assert_array_equal(keep, oracle.rollout_rejection_mask(old, rollout, m, statistic="k1", lo=-0.5, hi=1.5))
+    assert adapter._rs_settings("k1", "seq_mean", -0.5, 1.5, "rollout_old") == {
+        "rollout_rs": "seq_mean_k1", "rollout_rs_threshold": f"{math.exp(-0.5)!r}_{math.exp(1.5)!r}"}
+    assert adapter._rs_settings("k3", "seq_max", None, 0.1, "rollout_old") == {"rollout_rs": "seq_max_k3", "rollout_rs_threshold": "0.1"}
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("function, kwargs", [
+    ("rollout_is_weights", {"mode": "none"}),
+    ("rollout_is_weights", {"level": "sequence", "seq_stat": "geometric"}),
+    ("rollout_is_weights", {"lo": 0.5}),  # truncation from below
+    ("rollout_is_weights", {"hi": None}),
+    ("rollout_is_weights", {"mode": "mask", "hi": 5.0}),  # IcePop needs both bounds
+    ("rollout_is_weights", {"log_ratio_clamp": 10.0}),
+    ("rollout_rejection_mask", {"lo": 0.5, "hi": 2.0}),  # statistic="ratio"
+    ("rollout_rejection_mask", {"statistic": "k2", "level": "seq_all", "hi": 0.1}),
+    ("rollout_rejection_mask", {"statistic": "k1", "level": "seq_max", "lo": -0.1, "hi": 0.1}),
+    ("rollout_rejection_mask", {"statistic": "k1", "hi": 0.1}),  # k1 needs both bounds
+    ("rollout_rejection_mask", {"statistic": "k3", "lo": 0.0, "hi": 0.1}),
+    ("rollout_rejection_mask", {"statistic": "k3"}),  # no upper bound
+    ("rollout_rejection_mask", {"statistic": "k2", "hi": 0.1, "kl_of": "old_rollout"}),
+    ("decoupled_ppo_token_loss", {}),  # behav_cap=None
+    ("decoupled_ppo_token_loss", {"behav_cap": 2.0, "behav_mode": "mask"}),
+])
+def test_inexpressible_keywords_are_not_implemented(adapter, function, kwargs):
+    """Keyword values no documented verl setting expresses raise NotImplementedError (a "not implemented"
+    case of the row), never an approximation (an infinite threshold, a tiny lower bound)."""
+    m = np.array([[False, True, True]])
+    x = np.array([[0.0, -1.0, -0.5]])
+    y = np.array([[0.0, -1.2, -0.4]])
+    args = (x, y, m) if function != "decoupled_ppo_token_loss" else (x, y, y - 0.3, np.array([1.0]), m)
+    with pytest.raises(NotImplementedError):
+        getattr(adapter, function)(*args, **kwargs)
+
+
+@pytest.mark.frameworks
+def test_decoupled_loss_is_ppo_against_prox_times_truncated_weight(adapter):
+    """decoupled_ppo_token_loss(behav_cap=C) is verl's decoupled mode: the driver's token TIS weight
+    min(e^(prox - behav), C) times compute_policy_loss_vanilla against prox (core_algos.py:1365); the
+    gradient is w times PPO's. The spec's worked values (offpolicy.decoupled_ppo.md), token c with cap 3:
+    r = 1.5, w = 4 -> 3, A = -1: L = 4.5, dL/dlogp = 4.5."""
+    m = np.array([[False, True]])
+    prox = np.array([[0.0, -1.0]])
+    logp = prox + np.log(1.5)
+    behav = prox - np.log(4.0)
+    A = np.array([-1.0])
+    loss = adapter.decoupled_ppo_token_loss(logp, prox, behav, A, m, behav_cap=3.0)
+    np.testing.assert_allclose(loss, [[0.0, 4.5]], rtol=1e-12)
+    grad = adapter.decoupled_ppo_token_loss_grad(logp, prox, behav, A, m, np.ones((1, 2)), behav_cap=3.0)
+    np.testing.assert_allclose(grad, [[0.0, 4.5]], rtol=1e-12)
+
+
+@pytest.mark.frameworks
+def test_finding_rollout_correction_refuses_a_batch_without_valid_tokens(adapter):
+    """compute_rollout_correction_and_rejection_mask raises ValueError on a response_mask without a valid
+    token (rollout_corr_helper.py:837-838; compute_rs_metrics and compute_is_metrics check it again,
+    :441-442, :689-690); the spec gives all-0 weights / an all-False mask. The adapter lets verl raise (an
+    `error` case, as for masked_whiten): with --seed 0 no property case is all-masked, with --seed 2 the
+    rollout_rejection_mask row meets one (B = 1, an empty completion)."""
+    m = np.zeros((1, 4), dtype=bool)
+    x = np.full((1, 4), -1.0)
+    with pytest.raises(ValueError, match="at least one valid token"):
+        adapter.rollout_is_weights(x, x - 0.1, m)
+    with pytest.raises(ValueError, match="at least one valid token"):
+        adapter.rollout_rejection_mask(x, x - 0.1, m, statistic="k3", hi=0.1)
+    np.testing.assert_array_equal(oracle.rollout_is_weights(x, x - 0.1, m), np.zeros((1, 4)))
+
+
+@pytest.mark.frameworks
+def test_finding_batch_normalize_mean_has_an_epsilon(adapter):
+    """rollout_is_batch_normalize divides by masked_mean (rollout_corr_helper.py:628-655), which divides by
+    n + 1e-8 (utils/torch_functional.py:308): the normalised weights are (1 + 1e-8/n) times the spec's, a
+    float64 precision finding (float32 class) when a batch-normalised case is drawn (--seed 3), never a
+    semantic difference. Row [3, 1] truncated at 2: [2, 1] / 1.5 -> spec [4/3, 2/3]."""
+    m = np.array([[False, True, True]])
+    rollout = np.full((1, 3), -1.0)
+    old = rollout + np.log([[1.0, 3.0, 1.0]])
+    got = adapter.rollout_is_weights(old, rollout, m, batch_normalize=True)
+    spec = oracle.rollout_is_weights(old, rollout, m, batch_normalize=True)
+    np.testing.assert_allclose(spec, [[0.0, 4 / 3, 2 / 3]], rtol=1e-15)
+    np.testing.assert_allclose(got, spec * (1 + 1e-8 / 2), rtol=1e-13)
+    assert not np.allclose(got, spec, rtol=1e-9, atol=0)
+    assert "1e-8" in adapter.precision_notes["rollout_is_weights"]
