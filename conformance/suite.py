@@ -31,6 +31,7 @@ on `RowResult.evidence` for `conformance.diagnosis`, which names the known bugs 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import zlib
 from collections.abc import Callable, Iterable
@@ -179,7 +180,8 @@ def _trials(record: QuantityInfo, adapter: Any, seeds: list[int], golden: Iterab
     dtypes = _dtypes(record, adapter)
 
     def trial(kind: str, case: cases.Case, dtype: str) -> _Trial:
-        case.kwargs.update(fixed)
+        if fixed:  # a copy: golden cases are shared (cached) objects, never edited in place
+            case = dataclasses.replace(case, kwargs={**case.kwargs, **fixed})
         question = record.question_kwargs(case.kwargs)
         return _Trial(kind, case, dtype, question, {k: v for k, v in fixed.items() if k not in question})
 

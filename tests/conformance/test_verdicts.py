@@ -252,3 +252,18 @@ def test_debug_shows_the_traceback():
 ])
 def test_exit_code_is_0_pass_1_findings(argv, code):
     assert main(["check", *argv, "--n-seeds", "3", "--no-progress", "--isolate", "never"]) == code
+
+
+def test_fixed_keywords_never_edit_the_shared_golden_cases():
+    """A framework row pins keywords (`fixed`); the golden cases are cached objects shared by every
+    row of the run, so pinning must copy them (an edit once leaked OpenRLHF's pinned keywords into
+    verl's row of the same process)."""
+    from conformance.adapters.builtin import refimpl_adapter
+    from conformance.commands.check import golden_cases
+    from conformance.registry import BY_FUNCTION
+    from conformance.suite import check_row
+
+    record = BY_FUNCTION["kl_penalty"]
+    before = [dict(c.kwargs) for c in golden_cases(record)]
+    check_row(record, refimpl_adapter(), seeds=[1], golden=golden_cases(record), fixed={"estimator": "k2"})
+    assert [dict(c.kwargs) for c in golden_cases(record)] == before
