@@ -464,6 +464,48 @@ def case_policy_loss(rng: np.random.Generator) -> Case:
 
 
 # ---------------------------------------------------------------------------------------------
+# Spec v1.1: policy losses of 2025-26 (api.md "Spec v1.1: policy losses")
+# ---------------------------------------------------------------------------------------------
+
+
+def case_sapo_token_loss(rng: np.random.Generator) -> Case:
+    return Case(
+        "sapo_token_loss",
+        _policy_args(rng),
+        {
+            "tau_pos": float(rng.choice([1.0, 0.5, 2.0])),
+            "tau_neg": float(rng.choice([1.05, 1.0, 3.0])),
+            "log_ratio_clamp": rng.choice([None, 20.0]),
+        },
+        grad_args=("logp",),
+    )
+
+
+def case_gmpo_token_loss(rng: np.random.Generator) -> Case:
+    eps = [(0.4, 0.4), (0.2, 0.2), (0.2, 0.3)][int(rng.integers(0, 3))]
+    return Case("gmpo_token_loss", _policy_args(rng), {"eps_low": eps[0], "eps_high": eps[1]}, grad_args=("logp",))
+
+
+def case_dppo_token_loss(rng: np.random.Generator) -> Case:
+    return Case(
+        "dppo_token_loss",
+        _policy_args(rng),
+        {
+            "divergence": str(rng.choice(["tv", "kl"])),
+            "delta_low": float(rng.choice([0.2, 0.05, 0.5])),
+            "delta_high": float(rng.choice([0.2, 0.05, 0.5])),
+            "ratio_cap": rng.choice([None, 3.0, 20.0]),
+            "log_ratio_clamp": rng.choice([None, 20.0]),
+        },
+        grad_args=("logp",),
+    )
+
+
+def case_dro_token_loss(rng: np.random.Generator) -> Case:
+    return Case("dro_token_loss", _policy_args(rng), {"beta": float(rng.choice([0.01, 0.1, 1.0]))}, grad_args=("logp",))
+
+
+# ---------------------------------------------------------------------------------------------
 # Spec v1.1: off-policy corrections (api.md "Spec v1.1"). Bounds always contain the on-policy value
 # (ratio 1, log-ratio 0), so the on-policy invariant keeps every token with weight 1.
 # ---------------------------------------------------------------------------------------------
@@ -608,6 +650,10 @@ GENERATORS: dict[str, Callable[[np.random.Generator], Case]] = {
     "proximal_logp_interpolation": case_proximal_logp_interpolation,
     "off_policy_sequence_mask": case_off_policy_sequence_mask,
     "corrected_policy_loss": case_corrected_policy_loss,
+    "sapo_token_loss": case_sapo_token_loss,
+    "gmpo_token_loss": case_gmpo_token_loss,
+    "dppo_token_loss": case_dppo_token_loss,
+    "dro_token_loss": case_dro_token_loss,
 }
 
 

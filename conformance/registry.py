@@ -267,6 +267,34 @@ def _opsm_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
     return _far(_row_stats(d, mask)[1], [kw["threshold"]])
 
 
+def _sapo_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    """Only the optional log-ratio clamp has a kink (the gate is smooth)."""
+    c = kw.get("log_ratio_clamp")
+    return c is None or _far((args["logp"] - args["old_logp"])[args["mask"]], [-c, c])
+
+
+def _gmpo_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    """The per-token log-ratio must be off GMPO's log-space clip bounds."""
+    d = (args["logp"] - args["old_logp"])[args["mask"]]
+    return _far(d, [-kw.get("eps_low", 0.4), kw.get("eps_high", 0.4)])
+
+
+def _dppo_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    """DPPO's keep decision flips at its divergence bounds and at p = p_old; the ratio cap is a kink."""
+    m = args["mask"]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        p, q = np.exp(args["logp"][m]), np.exp(args["old_logp"][m])
+        d = args["logp"][m] - args["old_logp"][m]
+        lo, hi = kw.get("delta_low", 0.2), kw.get("delta_high", 0.2)
+        if kw.get("divergence", "tv") == "tv":
+            ok = _far(p - q, [-lo, hi])
+        else:
+            kl = q * (np.log(q) - np.log(p)) + (1 - q) * (np.log1p(-q) - np.log1p(-p))
+            ok = _far(kl, [lo, hi]) and _far(d, [0.0])
+    cap = kw.get("ratio_cap")
+    return ok and (cap is None or _far(np.exp(d), [cap]))
+
+
 REGISTRY: tuple[QuantityInfo, ...] = (
     QuantityInfo(
         "token_logprobs", "logprob.token", grad_args=("logits",), question=("temperature",)
@@ -437,6 +465,40 @@ REGISTRY: tuple[QuantityInfo, ...] = (
         question=("threshold",),
         well_conditioned=_opsm_conditioned,
         output="mask",
+    ),
+    # spec v1.1: policy losses of 2025-26 (api.md "Spec v1.1: policy losses")
+    QuantityInfo(
+        "sapo_token_loss",
+        "loss.sapo",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy"),
+        question=("tau_pos", "tau_neg"),
+        variants={"log_ratio_clamp": (None, 20.0)},
+        well_conditioned=_sapo_conditioned,
+    ),
+    QuantityInfo(
+        "gmpo_token_loss",
+        "loss.gmpo",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy"),
+        question=("eps_low", "eps_high"),
+        well_conditioned=_gmpo_conditioned,
+    ),
+    QuantityInfo(
+        "dppo_token_loss",
+        "loss.dppo",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy"),
+        question=("divergence", "delta_low", "delta_high", "ratio_cap"),
+        variants={"log_ratio_clamp": (None, 20.0)},
+        well_conditioned=_dppo_conditioned,
+    ),
+    QuantityInfo(
+        "dro_token_loss",
+        "loss.dro",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy"),
+        question=("beta",),
     ),
     QuantityInfo(
         "corrected_policy_loss",

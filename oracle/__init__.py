@@ -32,12 +32,20 @@ from oracle.offpolicy import (
 from oracle.policy_losses import (
     cispo_token_loss,
     cispo_token_loss_grad,
+    dppo_token_loss,
+    dppo_token_loss_grad,
+    dro_token_loss,
+    dro_token_loss_grad,
+    gmpo_token_loss,
+    gmpo_token_loss_grad,
     gspo_token_loss,
     gspo_token_loss_grad,
     pg_token_loss,
     pg_token_loss_grad,
     ppo_token_loss,
     ppo_token_loss_grad,
+    sapo_token_loss,
+    sapo_token_loss_grad,
 )
 from oracle.rewards import rlhf_token_rewards
 from oracle.value_loss import value_token_loss, value_token_loss_grad
@@ -96,6 +104,15 @@ __all__ = [
     # offpolicy.loss (spec v1.1 composite)
     "corrected_policy_loss",
     "corrected_policy_loss_grad",
+    # loss.sapo / loss.gmpo / loss.dppo / loss.dro (spec v1.1: policy losses of 2025-26)
+    "sapo_token_loss",
+    "sapo_token_loss_grad",
+    "gmpo_token_loss",
+    "gmpo_token_loss_grad",
+    "dppo_token_loss",
+    "dppo_token_loss_grad",
+    "dro_token_loss",
+    "dro_token_loss_grad",
 ]
 
 from oracle.presets import PRESETS  # noqa: E402  (framework presets: plain data, written separately)

@@ -1,4 +1,5 @@
-"""Per-token policy losses and their gradients w.r.t. ``logp`` (``loss.pg``, ``loss.ppo``, ``loss.gspo``, ``loss.cispo``).
+"""Per-token policy losses and their gradients w.r.t. ``logp`` (``loss.pg``, ``loss.ppo``, ``loss.gspo``, ``loss.cispo``;
+spec v1.1 adds ``loss.sapo``, ``loss.gmpo``, ``loss.dppo``, ``loss.dro``).
 
 Every loss returns a [B, T] array; the scalar objective is ``aggregate(loss, mask, mode=...)``.
 ``advantages`` may be [B] (the sequence's advantage on every valid token) or [B, T].
@@ -12,6 +13,8 @@ contributes nothing), so a huge log-ratio at a token with A = 0 never produces N
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -36,6 +39,15 @@ __all__ = [
     "gspo_token_loss_grad",
     "cispo_token_loss",
     "cispo_token_loss_grad",
+    # spec v1.1: policy losses of 2025-26
+    "sapo_token_loss",
+    "sapo_token_loss_grad",
+    "gmpo_token_loss",
+    "gmpo_token_loss_grad",
+    "dppo_token_loss",
+    "dppo_token_loss_grad",
+    "dro_token_loss",
+    "dro_token_loss_grad",
 ]
 
 
@@ -408,4 +420,451 @@ def cispo_token_loss_grad(logp, old_logp, advantages, mask, upstream, *, eps_low
             w_t = _cispo_weight(logp[b, t], old_logp[b, t], low, high)
             A_t = _advantage_at(A, b, t)
             grad[b, t] = u[b, t] * (-w_t * A_t)
+    return grad
+
+
+# ----------------------------------------------------------------------------------------------
+# loss.sapo (spec v1.1)
+# ----------------------------------------------------------------------------------------------
+
+
+def _sigmoid(x: float) -> float:
+    """σ(x) = 1 / (1 + e^(−x)), in the form whose exponential never overflows (σ(+inf) = 1, σ(−inf) = 0)."""
+    if x >= 0:
+        return 1.0 / (1.0 + _exp(-x))
+    e = _exp(x)
+    return e / (1.0 + e)
+
+
+def _sapo_params(fn, tau_pos, tau_neg, log_ratio_clamp):
+    tau_pos = check_real(fn, "tau_pos", tau_pos, gt=0.0)
+    tau_neg = check_real(fn, "tau_neg", tau_neg, gt=0.0)
+    log_ratio_clamp = check_optional_real(fn, "log_ratio_clamp", log_ratio_clamp, gt=0.0)
+    return tau_pos, tau_neg, log_ratio_clamp
+
+
+def _sapo_token(logp_t, old_logp_t, A_t, tau_pos, tau_neg, log_ratio_clamp):
+    """One token of SAPO: ``(L_t, dL_t/dlogp_t, d_inside)``; ``d_inside`` says whether the clamp passes a gradient."""
+    # log-ratio, optionally clamped; r = π/π_old (inf on overflow)
+    d_raw = logp_t - old_logp_t
+    d = clip_symmetric(d_raw, log_ratio_clamp)
+    d_inside = clip_passes_gradient(d_raw, log_ratio_clamp)
+    r = _exp(d)
+
+    # τ = τ_pos where A > 0, else τ_neg (A = 0 included)
+    tau = tau_pos if A_t > 0 else tau_neg
+
+    # gate f(r) = (4/τ) · σ(τ(r − 1));  r = inf: τ(r − 1) = inf, σ = 1 (saturated)
+    x = tau * (r - 1.0)
+    sigma = _sigmoid(x)
+    one_minus_sigma = _sigmoid(-x)  # 1 − σ(x) = σ(−x), without the cancellation of 1 − σ near σ = 1
+    gate = (4.0 / tau) * sigma
+
+    # L = −A · f(r)
+    L_t = _neg_A_times(A_t, gate)
+
+    # ∂f/∂logp = (4/τ) · σ(1 − σ) · τ · r = 4 · σ · (1 − σ) · r; saturated: σ(1 − σ) = 0 and 0 · inf := 0
+    dgate_dlogp = _product(4.0 * sigma * one_minus_sigma, r)
+    dL_dlogp = _neg_A_times(A_t, dgate_dlogp)
+    return L_t, dL_dlogp, d_inside
+
+
+def sapo_token_loss(logp, old_logp, advantages, mask, *, tau_pos=1.0, tau_neg=1.05, log_ratio_clamp=None):
+    """SAPO: a smooth, sign-aware sigmoid gate on the token ratio in place of PPO's hard clip.
+
+    Spec: loss.sapo (v1), added by spec v1.1
+    Equation (valid t):
+        d_t = logp_t − old_logp_t                 (clipped to ±log_ratio_clamp if set)
+        r_t = exp(d_t)
+        τ_t = τ_pos if A_t > 0, else τ_neg
+        L_t = −A_t · (4/τ_t) · σ(τ_t · (r_t − 1)),    σ(x) = 1 / (1 + e^(−x))
+    Source: "Soft Adaptive Policy Optimization", arXiv:2511.20347 (the gate f(r) = σ(τ(r − 1))·4/τ,
+        whose derivative at r = 1 is 1, and the asymmetric τ_neg > τ_pos); defaults τ_pos = 1.0,
+        τ_neg = 1.05 as in verl, TRL and AReaL.
+    Shapes: logp, old_logp [B, T], advantages [B] or [B, T], mask [B, T] -> [B, T] float64.
+    Edge cases: on-policy (r = 1) L = −A·2/τ with gradient −A; r = inf (d beyond ~709.78) saturates the
+        gate: L = −A·4/τ, gradient 0, never NaN; A = 0 gives 0 (0 · inf := 0); masked positions exactly 0
+        and never read; τ_pos, τ_neg > 0, log_ratio_clamp > 0.
+    """
+    fn = "sapo_token_loss"
+    logp, old_logp, A, mask = _policy_inputs(fn, logp, old_logp, advantages, mask)
+    params = _sapo_params(fn, tau_pos, tau_neg, log_ratio_clamp)
+    B, T = mask.shape
+    loss = np.zeros((B, T), dtype=np.float64)
+    for b in range(B):
+        for t in range(T):
+            if not mask[b, t]:
+                continue
+            logp_t, old_logp_t = float(logp[b, t]), float(old_logp[b, t])
+            L_t, _, _ = _sapo_token(logp_t, old_logp_t, _advantage_at(A, b, t), *params)
+            loss[b, t] = L_t
+    return loss
+
+
+def sapo_token_loss_grad(logp, old_logp, advantages, mask, upstream, *, tau_pos=1.0, tau_neg=1.05,
+                         log_ratio_clamp=None):
+    """Vector-Jacobian product of :func:`sapo_token_loss`: dL/d logp [B, T].
+
+    Spec: loss.sapo (v1), added by spec v1.1, gradient (old_logp and advantages are constants).
+    Derivative (σ' = σ(1 − σ), ∂r/∂logp = r inside the log-ratio clamp, 0 where it binds):
+        ∂L_t/∂logp_t = −A_t · (4/τ) · σ(1 − σ) · τ · r_t = −A_t · 4 · σ(1 − σ) · r_t
+        dL/dlogp_t   = u_t · ∂L_t/∂logp_t
+    Example: r = 1: σ = 1/2, gradient −A (the PPO gradient on-policy); r = inf: 0.
+    """
+    fn = "sapo_token_loss_grad"
+    logp, old_logp, A, mask = _policy_inputs(fn, logp, old_logp, advantages, mask)
+    params = _sapo_params(fn, tau_pos, tau_neg, log_ratio_clamp)
+    u = to_float64(check_token_upstream(fn, upstream, mask))
+    B, T = mask.shape
+    grad = np.zeros((B, T), dtype=np.float64)
+    for b in range(B):
+        for t in range(T):
+            if not mask[b, t]:
+                continue
+            logp_t, old_logp_t = float(logp[b, t]), float(old_logp[b, t])
+            _, dL_dlogp, d_inside = _sapo_token(logp_t, old_logp_t, _advantage_at(A, b, t), *params)
+            if not d_inside:
+                continue  # the log-ratio clamp binds: r is a constant, exactly 0
+            grad[b, t] = _product(float(u[b, t]), dL_dlogp)
+    return grad
+
+
+# ----------------------------------------------------------------------------------------------
+# loss.gmpo (spec v1.1)
+# ----------------------------------------------------------------------------------------------
+
+
+def _gmpo_params(fn, eps_low, eps_high):
+    eps_low = check_real(fn, "eps_low", eps_low, ge=0.0)
+    eps_high = check_real(fn, "eps_high", eps_high, ge=0.0)
+    return eps_low, eps_high
+
+
+def _sign(x: float) -> float:
+    """sgn(x) ∈ {−1, 0, 1}."""
+    if x > 0:
+        return 1.0
+    if x < 0:
+        return -1.0
+    return 0.0
+
+
+def _gmpo_log_ratio(d_t, A_t, eps_low, eps_high):
+    """``(s_t, passes)``: GMPO's sign-aware clipped log-ratio and whether it passes d_t's gradient.
+
+        s_t = sgn(A_t) · min( sgn(A_t) · d_t, sgn(A_t) · clip(d_t, −ε_low, ε_high) )
+    i.e. min(d_t, clip(d_t)) for A_t > 0 (clipped only above ε_high), max(d_t, clip(d_t)) for A_t < 0
+    (clipped only below −ε_low), and 0 for A_t = 0 (sgn 0: a constant). A tie (d_t on a bound, or inside
+    the range) takes the unclipped d_t, whose gradient passes.
+    """
+    sgn = _sign(A_t)
+    if sgn == 0.0:
+        return 0.0, False
+    d_clipped = clip(d_t, -eps_low, eps_high)
+    if sgn * d_clipped < sgn * d_t:
+        return d_clipped, False  # the clip strictly selected: a constant in logp
+    return d_t, True
+
+
+def _gmpo_row(logp, old_logp, A, mask, b, eps_low, eps_high):
+    """Row b of GMPO: ``(valid_t, n_b, rho_b, A_bar_b, passes)``; ``rho_b = A_bar_b = None`` when n_b = 0.
+
+        ρ_b = exp( Σ_t m_t · s_t / n_b )     (the geometric mean of the clipped token ratios)
+        Ā_b = Σ_t m_t · A_t / n_b             (A[b] itself for a [B] advantage: the mean of n_b equal values)
+    """
+    valid_t = [t for t in range(mask.shape[1]) if mask[b, t]]
+    n_b = len(valid_t)
+    if n_b == 0:
+        return valid_t, 0, None, None, {}
+    passes = {}
+    sum_s = 0.0
+    sum_A = 0.0
+    for t in valid_t:
+        A_t = _advantage_at(A, b, t)
+        s_t, passes[t] = _gmpo_log_ratio(float(logp[b, t]) - float(old_logp[b, t]), A_t, eps_low, eps_high)
+        sum_s += s_t
+        sum_A += A_t
+    rho_b = _exp(sum_s / n_b)
+    A_bar_b = float(A[b]) if A.ndim == 1 else sum_A / n_b
+    return valid_t, n_b, rho_b, A_bar_b, passes
+
+
+def gmpo_token_loss(logp, old_logp, advantages, mask, *, eps_low=0.4, eps_high=0.4):
+    """GMPO: the geometric mean of the sign-aware, log-space-clipped token ratios, one loss per row.
+
+    Spec: loss.gmpo (v1), added by spec v1.1
+    Equation (row b, n_b valid tokens, d_t = logp_t − old_logp_t):
+        s_t = sgn(A_t) · min( sgn(A_t) · d_t, sgn(A_t) · clip(d_t, −ε_low, ε_high) )
+        ρ_b = exp( (1/n_b) Σ_t m_t · s_t )
+        Ā_b = (1/n_b) Σ_t m_t · A_t
+        L_t = −Ā_b · ρ_b                        at every valid t of row b
+    so ``aggregate(loss, mask, mode="seq_mean_token_mean")`` is the mean of −Ā_b·ρ_b over the rows.
+    Source: "Geometric-Mean Policy Optimization", arXiv:2507.20673 (the geometric mean of the token
+        ratios, token-level clipping in log space, clip range (e^−0.4, e^0.4)).
+    Shapes: logp, old_logp [B, T], advantages [B] or [B, T], mask [B, T] -> [B, T] float64.
+    Edge cases: a row without valid tokens is 0; masked tokens never enter ρ_b or Ā_b; a token with
+        A_t = 0 contributes s_t = 0; ρ_b may overflow to inf (A < 0, huge d): L = ±inf, or 0 when Ā_b = 0
+        (0 · inf := 0); ε_low, ε_high >= 0.
+    """
+    fn = "gmpo_token_loss"
+    logp, old_logp, A, mask = _policy_inputs(fn, logp, old_logp, advantages, mask)
+    eps_low, eps_high = _gmpo_params(fn, eps_low, eps_high)
+    B, T = mask.shape
+    loss = np.zeros((B, T), dtype=np.float64)
+    for b in range(B):
+        valid_t, n_b, rho_b, A_bar_b, _ = _gmpo_row(logp, old_logp, A, mask, b, eps_low, eps_high)
+        if n_b == 0:
+            continue
+        L_b = _neg_A_times(A_bar_b, rho_b)  # −Ā_b · ρ_b
+        for t in valid_t:
+            loss[b, t] = L_b
+    return loss
+
+
+def gmpo_token_loss_grad(logp, old_logp, advantages, mask, upstream, *, eps_low=0.4, eps_high=0.4):
+    """Vector-Jacobian product of :func:`gmpo_token_loss`: dL/d logp [B, T].
+
+    Spec: loss.gmpo (v1), added by spec v1.1, gradient (old_logp and advantages are constants).
+    Derivative (every valid t of row b carries L_b = −Ā_b · ρ_b; ρ_b depends on every valid token):
+        ∂s_v/∂logp_v = 1 where s_v = d_v (not clipped, A_v ≠ 0), 0 where the clip selected a constant or A_v = 0
+        ∂ρ_b/∂logp_v = ρ_b / n_b · ∂s_v/∂logp_v
+        dL/dlogp_v   = (Σ_{t valid} u_t) · (−Ā_b) · ρ_b / n_b · ∂s_v/∂logp_v
+    Example: row d = [0.1, 0.3], A = +1, ε = 0.4, u = 1 on both: ρ = e^0.2, L = −e^0.2 on both tokens,
+        each gradient 2 · (−1) · e^0.2 / 2 = −e^0.2.
+    """
+    fn = "gmpo_token_loss_grad"
+    logp, old_logp, A, mask = _policy_inputs(fn, logp, old_logp, advantages, mask)
+    eps_low, eps_high = _gmpo_params(fn, eps_low, eps_high)
+    u = to_float64(check_token_upstream(fn, upstream, mask))
+    B, T = mask.shape
+    grad = np.zeros((B, T), dtype=np.float64)
+    for b in range(B):
+        valid_t, n_b, rho_b, A_bar_b, passes = _gmpo_row(logp, old_logp, A, mask, b, eps_low, eps_high)
+        if n_b == 0:
+            continue
+        # dL/dρ_b = Σ_t u_t · ∂L_t/∂ρ_b = (Σ_t u_t) · (−Ā_b)
+        sum_u = 0.0
+        for t in valid_t:
+            sum_u += float(u[b, t])
+        dL_drho = _neg_A_times(A_bar_b, sum_u)
+        for v in valid_t:
+            if not passes[v]:
+                continue  # s_v is a constant: exactly 0
+            grad[b, v] = _product(dL_drho, rho_b) / n_b  # dL/dρ_b · ρ_b / n_b (0 · inf := 0)
+    return grad
+
+
+# ----------------------------------------------------------------------------------------------
+# loss.dppo (spec v1.1)
+# ----------------------------------------------------------------------------------------------
+
+DPPO_DIVERGENCES = ("tv", "kl")
+
+
+def _dppo_params(fn, divergence, delta_low, delta_high, ratio_cap, log_ratio_clamp):
+    divergence = check_choice(fn, "divergence", divergence, DPPO_DIVERGENCES)
+    delta_low = check_real(fn, "delta_low", delta_low, ge=0.0)
+    delta_high = check_real(fn, "delta_high", delta_high, ge=0.0)
+    ratio_cap = check_optional_real(fn, "ratio_cap", ratio_cap, gt=0.0)
+    log_ratio_clamp = check_optional_real(fn, "log_ratio_clamp", log_ratio_clamp, gt=0.0)
+    return divergence, delta_low, delta_high, ratio_cap, log_ratio_clamp
+
+
+def _prob_difference(logp_t: float, old_logp_t: float) -> float:
+    """p − p_old with p = e^logp, p_old = e^old_logp.
+
+    Written as ±e^max(logp, old_logp) · (1 − e^(−|logp − old_logp|)), the same number, so that there is
+    no cancellation between two nearby probabilities and no inf − inf = NaN where both exponentials
+    overflow (log-"probs" above ~709.78, not probabilities); 0 exactly when logp = old_logp.
+    """
+    if logp_t == old_logp_t:
+        return 0.0
+    larger = max(logp_t, old_logp_t)
+    gap = abs(logp_t - old_logp_t)
+    magnitude = _exp(larger + math.log(-math.expm1(-gap)))  # e^larger · (1 − e^(−gap))
+    return magnitude if logp_t > old_logp_t else -magnitude
+
+
+def _binary_kl(logp_t: float, old_logp_t: float) -> float:
+    """D = p_old · log(p_old/p) + (1 − p_old) · log((1 − p_old)/(1 − p)): KL(Bernoulli(p_old) ‖ Bernoulli(p)).
+
+    1 − p is computed as −expm1(logp) (exact near p = 1). p_old = 1 makes the second term 0 (0 · log 0 := 0);
+    p = 1 > p_old makes it +inf. A positive log-prob (p or p_old > 1, not a probability) has no binary KL:
+    D := +inf, outside every trust region.
+    """
+    if logp_t > 0.0 or old_logp_t > 0.0:
+        return math.inf
+    p_old = _exp(old_logp_t)
+    first = p_old * (old_logp_t - logp_t)  # p_old · log(p_old / p)
+    one_minus_p_old = -math.expm1(old_logp_t)  # 1 − p_old
+    one_minus_p = -math.expm1(logp_t)  # 1 − p
+    if one_minus_p_old == 0.0:
+        second = 0.0  # p_old = 1: 0 · log(0 / (1 − p)) := 0
+    elif one_minus_p == 0.0:
+        second = math.inf  # p = 1 > p_old: log((1 − p_old) / 0) = +inf
+    else:
+        second = one_minus_p_old * (math.log(one_minus_p_old) - math.log(one_minus_p))
+    return first + second
+
+
+def _dppo_keep(logp_t, old_logp_t, A_t, divergence, delta_low, delta_high) -> bool:
+    """DPPO's trust region on the probability of the sampled token (a 0/1 constant of the loss).
+
+    "tv": A > 0 keeps p − p_old ≤ δ_high; A ≤ 0 keeps p − p_old ≥ −δ_low.
+    "kl": A > 0 keeps D ≤ δ_high or p ≤ p_old; A ≤ 0 keeps D ≤ δ_low or p ≥ p_old (moving the probability
+          against the advantage's push is always allowed; p ≤ p_old is compared as logp ≤ old_logp, the
+          same order since exp is increasing).
+    Bounds are inclusive.
+    """
+    if divergence == "tv":
+        diff = _prob_difference(logp_t, old_logp_t)  # p − p_old
+        if A_t > 0:
+            return diff <= delta_high
+        return diff >= -delta_low
+    D = _binary_kl(logp_t, old_logp_t)
+    if A_t > 0:
+        return D <= delta_high or logp_t <= old_logp_t
+    return D <= delta_low or logp_t >= old_logp_t
+
+
+def _dppo_token(logp_t, old_logp_t, A_t, divergence, delta_low, delta_high, ratio_cap, log_ratio_clamp):
+    """``(keep, w)``: the trust-region keep flag and the stop-gradient weight w = min(r, ratio_cap)."""
+    # r = exp(d), d clipped to ±log_ratio_clamp if set (r is a constant: its clamp never blocks a gradient)
+    d = clip_symmetric(logp_t - old_logp_t, log_ratio_clamp)
+    r = _exp(d)
+    w = r if ratio_cap is None else min(r, ratio_cap)
+    keep = _dppo_keep(logp_t, old_logp_t, A_t, divergence, delta_low, delta_high)
+    return keep, w
+
+
+def dppo_token_loss(logp, old_logp, advantages, mask, *, divergence="tv", delta_low=0.2, delta_high=0.2,
+                    ratio_cap=None, log_ratio_clamp=None):
+    """DPPO: REINFORCE with a stop-gradient (truncated) ratio, masked by a trust region on the probability.
+
+    Spec: loss.dppo (v1), added by spec v1.1
+    Equation (valid t, p = e^logp_t, p_old = e^old_logp_t):
+        d_t    = logp_t − old_logp_t            (clipped to ±log_ratio_clamp if set)
+        r_t    = exp(d_t),   w_t = min(r_t, ratio_cap)   (w_t = r_t when ratio_cap is None)
+        "tv":  keep_t = [p − p_old ≤ δ_high]  if A_t > 0,   [p − p_old ≥ −δ_low]  if A_t ≤ 0
+        "kl":  D_t = p_old·log(p_old/p) + (1 − p_old)·log((1 − p_old)/(1 − p))
+               keep_t = [D_t ≤ δ_high or p ≤ p_old]  if A_t > 0,   [D_t ≤ δ_low or p ≥ p_old]  if A_t ≤ 0
+        L_t    = −A_t · sg(w_t) · logp_t · keep_t
+    Source: Qi et al., "Rethinking the Trust Region in LLM Reinforcement Learning", arXiv:2602.04879
+        (Divergence Proximal Policy Optimization, its Binary-TV and Binary-KL approximations of the
+        trust region on the sampled token's probability; the truncated importance weight in place of
+        the dual clip, its Section 5.4), as implemented by verl (``dppo_tv``, ``dppo_kl``).
+    Shapes: logp, old_logp [B, T], advantages [B] or [B, T], mask [B, T] -> [B, T] float64.
+    Edge cases: keep and w are constants; bounds are inclusive; A = 0 uses the A ≤ 0 rule (its loss is 0);
+        a positive log-prob has no binary KL (D := +inf); r = inf without a cap gives ±inf unless A = 0,
+        logp = 0 or keep = 0 (0 · inf := 0); δ_low, δ_high >= 0, ratio_cap > 0, log_ratio_clamp > 0.
+    """
+    fn = "dppo_token_loss"
+    logp, old_logp, A, mask = _policy_inputs(fn, logp, old_logp, advantages, mask)
+    params = _dppo_params(fn, divergence, delta_low, delta_high, ratio_cap, log_ratio_clamp)
+    B, T = mask.shape
+    loss = np.zeros((B, T), dtype=np.float64)
+    for b in range(B):
+        for t in range(T):
+            if not mask[b, t]:
+                continue
+            A_t = _advantage_at(A, b, t)
+            logp_t, old_logp_t = float(logp[b, t]), float(old_logp[b, t])
+            keep, w = _dppo_token(logp_t, old_logp_t, A_t, *params)
+            if not keep:
+                continue  # outside the trust region: exactly 0
+            loss[b, t] = _neg_A_times(A_t, _product(logp_t, w))  # −A · w · logp (0 · inf := 0)
+    return loss
+
+
+def dppo_token_loss_grad(logp, old_logp, advantages, mask, upstream, *, divergence="tv", delta_low=0.2,
+                         delta_high=0.2, ratio_cap=None, log_ratio_clamp=None):
+    """Vector-Jacobian product of :func:`dppo_token_loss`: dL/d logp [B, T].
+
+    Spec: loss.dppo (v1), added by spec v1.1, gradient (w and keep are stop-gradient constants).
+    Derivative:
+        ∂L_t/∂logp_t = −A_t · w_t · keep_t,     dL/dlogp_t = u_t · ∂L_t/∂logp_t
+    Example: A = 1, r = 1.1, inside the region: −1.1; outside: 0; r = 5 with ratio_cap = 3: −3.
+    """
+    fn = "dppo_token_loss_grad"
+    logp, old_logp, A, mask = _policy_inputs(fn, logp, old_logp, advantages, mask)
+    params = _dppo_params(fn, divergence, delta_low, delta_high, ratio_cap, log_ratio_clamp)
+    u = to_float64(check_token_upstream(fn, upstream, mask))
+    B, T = mask.shape
+    grad = np.zeros((B, T), dtype=np.float64)
+    for b in range(B):
+        for t in range(T):
+            if not mask[b, t]:
+                continue
+            A_t = _advantage_at(A, b, t)
+            keep, w = _dppo_token(float(logp[b, t]), float(old_logp[b, t]), A_t, *params)
+            if not keep:
+                continue
+            grad[b, t] = _product(float(u[b, t]), _neg_A_times(A_t, w))  # u · (−A · w) (0 · inf := 0)
+    return grad
+
+
+# ----------------------------------------------------------------------------------------------
+# loss.dro (spec v1.1)
+# ----------------------------------------------------------------------------------------------
+
+
+def _dro_params(fn, beta):
+    if beta is None:
+        raise ValueError(f"{fn}: beta: expected a number > 0 (DRO has no default beta), got None")
+    return check_real(fn, "beta", beta, gt=0.0)
+
+
+def dro_token_loss(logp, old_logp, advantages, mask, *, beta):
+    """DRO: the policy-gradient surrogate with a quadratic penalty on the log-ratio.
+
+    Spec: loss.dro (v1), added by spec v1.1
+    Equation (valid t):
+        d_t = logp_t − old_logp_t
+        L_t = −( A_t · logp_t − ½ · β · d_t² )
+    Source: DRO, the per-token objective log π·A − ½β·(log π/π_old)² of verl's ``dro`` policy loss and
+        Tinker's ``dro`` loss, which cite Richemond et al., arXiv:2405.19107 (Direct Reward
+        Optimisation) and Kimi k1.5, arXiv:2501.12599 (the squared log-ratio regulariser).
+    Shapes: logp, old_logp [B, T], advantages [B] or [B, T], mask [B, T] -> [B, T] float64.
+    Edge cases: β > 0 is required (no default; None or β <= 0 is a ValueError); on-policy (d = 0) it is
+        ``loss.pg``; no clip, no ratio; ½·β·d² is evaluated as ((½·β)·d)·d, so it is inf only where the
+        value itself exceeds the float64 range (not where d² alone would); masked positions 0.
+    """
+    fn = "dro_token_loss"
+    logp, old_logp, A, mask = _policy_inputs(fn, logp, old_logp, advantages, mask)
+    beta = _dro_params(fn, beta)
+    B, T = mask.shape
+    loss = np.zeros((B, T), dtype=np.float64)
+    for b in range(B):
+        for t in range(T):
+            if not mask[b, t]:
+                continue
+            A_t = _advantage_at(A, b, t)
+            logp_t = float(logp[b, t])
+            d_t = logp_t - float(old_logp[b, t])
+            penalty = 0.5 * beta * d_t * d_t  # ((½·β)·d)·d: no premature overflow of d²
+            loss[b, t] = -(A_t * logp_t - penalty)
+    return loss
+
+
+def dro_token_loss_grad(logp, old_logp, advantages, mask, upstream, *, beta):
+    """Vector-Jacobian product of :func:`dro_token_loss`: dL/d logp [B, T].
+
+    Spec: loss.dro (v1), added by spec v1.1, gradient (old_logp and advantages are constants).
+    Derivative (∂d_t/∂logp_t = 1):
+        ∂L_t/∂logp_t = −A_t + β · d_t,     dL/dlogp_t = u_t · (−A_t + β · d_t)
+    Example: A = 1, β = 0.5, d = 0.4: −1 + 0.2 = −0.8.
+    """
+    fn = "dro_token_loss_grad"
+    logp, old_logp, A, mask = _policy_inputs(fn, logp, old_logp, advantages, mask)
+    beta = _dro_params(fn, beta)
+    u = to_float64(check_token_upstream(fn, upstream, mask))
+    B, T = mask.shape
+    grad = np.zeros((B, T), dtype=np.float64)
+    for b in range(B):
+        for t in range(T):
+            if not mask[b, t]:
+                continue
+            A_t = _advantage_at(A, b, t)
+            d_t = float(logp[b, t]) - float(old_logp[b, t])
+            grad[b, t] = _product(float(u[b, t]), -A_t + beta * d_t)
     return grad

@@ -30,6 +30,13 @@ installed code: trl 1.16.0 (site-packages ``trl/...``), verl 0.9.1 and openrlhf 
 wheels under ``~/.cache/rlspec/frameworks/``), areal 1.0.4 (the release wheel, unpacked); ``areal``
 names only spec v1.1 functions.
 
+Spec v1.1 policy losses (``sapo_token_loss``, ``gmpo_token_loss``, ``dppo_token_loss``,
+``dro_token_loss``; api.md "Spec v1.1: policy losses of 2025-26") were checked in the same installed
+code: trl 1.16.0 (``trl/trainer/grpo_trainer.py``, ``trl/experimental/gmpo/``), verl 0.9.1
+(``verl/trainer/ppo/core_algos.py``, ``verl/workers/config/actor.py``), areal 1.0.4
+(``areal/utils/functional/functional.py``, ``areal/api/cli_args.py``). SkyRL and ms-swift, which also
+implement SAPO, are not installed and not checked.
+
 Every value below is a plain Python literal; this module imports nothing beyond ``typing``.
 """
 
@@ -72,6 +79,11 @@ FUNCTIONS = (
     "proximal_logp_interpolation",
     "off_policy_sequence_mask",
     "corrected_policy_loss",
+    # spec v1.1 (api.md, "Spec v1.1: policy losses of 2025-26")
+    "sapo_token_loss",
+    "gmpo_token_loss",
+    "dppo_token_loss",
+    "dro_token_loss",
 )
 
 PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
@@ -108,6 +120,16 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # then + beta * per_token_kl (not weighted), reduced over the original completion mask: a
         # rejected token's policy term is 0 but it still counts.
         "corrected_policy_loss": {"rejected": "zero"},
+        # --- spec v1.1: policy losses of 2025-26 ---
+        # Canonical, so absent: sapo_token_loss (loss_type="sapo", grpo_trainer.py:3121-3124: tau =
+        # sapo_temperature_pos where A > 0 else sapo_temperature_neg, 1.0 / 1.05 by default,
+        # grpo_config.py:714-729; coef_1 = exp(logp - old) with no clamp, :3083-3095); gmpo_token_loss
+        # (trl/experimental/gmpo/gmpo_trainer.py:82-103: clamp(d, -epsilon_low, epsilon_high), minimum
+        # for A > 0, maximum otherwise, exp of the masked mean; GMPOConfig epsilon 0.4,
+        # gmpo_config.py:41-47, epsilon_high None -> epsilon, grpo_trainer.py:945-946).
+        # loss_type="luspo" (grpo_trainer.py:3112-3120, :3175-3183) is no new function: with
+        # importance_sampling_level="sequence" (which it requires, :916-920) it is
+        # aggregate(gspo_token_loss(eps_low=0.2, eps_high=0.2), mode="seq_mean_token_sum").
         # Canonical, so absent: off_policy_sequence_mask (grpo_trainer.py:2945-2968, :3068-3081:
         # D = masked mean of sampling_logps - logps, keep A >= 0 or D <= off_policy_mask_threshold;
         # the threshold has no default: None = off, grpo_config.py:963).
@@ -152,6 +174,26 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # rollout_rejection_mask (rollout_corr_helper.py:197-414: k1 = -log_ratio
         # = rollout - old, k2, k3 = exp(log_ratio) - 1 - log_ratio, i.e. kl_of="rollout_old"; bounds have
         # no default, rollout_rs_threshold is required).
+        # --- spec v1.1: policy losses of 2025-26 (verl 0.9.1 release wheel) ---
+        # verl/trainer/ppo/core_algos.py:1622-1704 (loss_mode "sapo"): d = clamp(logp - old, -20, 20)
+        # (:1666) before exp; tau = tau_pos where A > 0 else tau_neg (:1671-1675), ActorConfig 1.0 /
+        # 1.05 (verl/workers/config/actor.py:167-168, canonical); L = -gate * A (:1681).
+        "sapo_token_loss": {"log_ratio_clamp": 20.0},
+        # core_algos.py:1928-2011 (loss_mode "geo_mean"): the log-space clip range is clip_ratio_low /
+        # clip_ratio_high (:1959-1961, :1978), ActorConfig 0.2 / 0.2 (actor.py:158-160), not the paper's
+        # 0.4; sign-aware min (:1977-1980); no log-ratio clamp (:1973 is commented out).
+        "gmpo_token_loss": {"eps_low": 0.2, "eps_high": 0.2},
+        # core_algos.py:1379-1457 (loss_mode "dppo_tv" -> divergence "tv", canonical) and :1460-1542
+        # ("dppo_kl" -> divergence "kl"): delta_low / delta_high = clip_ratio_low / clip_ratio_high
+        # (:1413-1416, :1494-1497), 0.2 / 0.2 (canonical); d clamped to +-20 (:1420, :1501); the weight
+        # is clamp(ratio, max=clip_ratio_c).detach() (:1427-1429, :1508-1510) with ActorConfig
+        # clip_ratio_c = 3.0 (actor.py:163, the dual-clip constant of vanilla PPO; the 20.0 of
+        # config.get is only a fallback for a config without the key); keep uses A > 0 (:1436, :1520).
+        "dppo_token_loss": {"ratio_cap": 3.0, "log_ratio_clamp": 20.0},
+        # Canonical, so absent: dro_token_loss (core_algos.py:2014-2044: -(logp * A - 0.5 * beta * d^2),
+        # :2033; beta = policy_loss.dro_beta, default null, actor.py:100, ValueError unless > 0,
+        # :2028-2030: beta has no default, as in the spec). loss_mode "gpg" (:1707-1740) is no new
+        # function: pg_token_loss, -logp * A (:1731).
     },
     "openrlhf": {
         # openrlhf/trainer/ppo_utils/experience_maker.py:268-274 (0.11.2): group_norm is
@@ -242,6 +284,10 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # Canonical, so absent: proximal_logp_interpolation (areal/trainer/ppo/actor.py:604-685:
         # alpha = clamp((v - 1 - v_b)/(v - v_b), 0, 1), 0 where v - v_b <= 0; prox_logp_method
         # "loglinear").
+        # --- spec v1.1: policy losses of 2025-26 ---
+        # Canonical, so absent: sapo_token_loss (areal/utils/functional/functional.py:562-638,
+        # use_sapo_loss: r = exp(logp - old) with no clamp (:601), tau_pos where A > 0 (:617);
+        # sapo_tau_pos / sapo_tau_neg 1.0 / 1.05, areal/api/cli_args.py:1533-1540).
     },
 }
 
@@ -320,6 +366,19 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
             "sampling_per_token_logps (the vLLM log-probs) when present, else old_per_token_logps "
             "(:3073): pass those as old_logp.",
         ),
+        "sapo_token_loss": (
+            "importance_sampling_level='sequence' gates the GSPO sequence ratio exp(masked mean of d) "
+            "(grpo_trainer.py:3084-3095, :3121-3124); sapo_token_loss gates the token ratio only.",
+            "loss_type='sapo' is reduced like 'grpo', a mean of row token-means per micro-batch divided "
+            "by GA (:3153-3157); aggregation is a separate call.",
+        ),
+        "gmpo_token_loss": (
+            "GMPOTrainer takes a [B] advantage only (advantages.unsqueeze(1), "
+            "experimental/gmpo/gmpo_trainer.py:90); top_entropy_quantile < 1 drops low-entropy tokens "
+            "from the geometric mean (:69-72, :98).",
+            "the KL term is a sequence mean added per sequence and the loss is a per-micro-batch mean "
+            "over sequences divided by GA (gmpo_trainer.py:109-122).",
+        ),
         "decoupled_ppo_token_loss": (
             "PPO against old_per_token_logps times the vLLM IS weight (grpo_trainer.py:3146-3147) is "
             "decoupled_ppo_token_loss(behav_cap=3.0) only for token_truncate (behav_mode='mask' for "
@@ -361,6 +420,23 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
             "(utils/torch_functional.py:308): float64 results are only float32-precise.",
             "a batch with no valid token raises ValueError (rollout_corr_helper.py:837-838); the spec "
             "returns zeros (also for rollout_rejection_mask).",
+        ),
+        "sapo_token_loss": (
+            "the loss is always reduced seq-mean-token-mean whatever loss_agg_mode "
+            "(core_algos.py:1688-1690), with n_b + 1e-8 per row and empty rows left out of the local "
+            "count (:1195-1202); aggregation is a separate call.",
+        ),
+        "gmpo_token_loss": (
+            "rho and the row advantage divide by n_b + 1e-8 (core_algos.py:1984, :1987): a relative "
+            "1e-8/n_b below every tolerance.",
+            "the loss is torch.mean over the micro-batch's rows whatever loss_agg_mode (:2000): "
+            "aggregate(mode='seq_mean_token_mean') per micro-batch (empty rows count, with loss 0).",
+            "rollout IS weights enter as their per-row geometric mean with 1e-10 inside the log "
+            "(:1993-1998), not per token.",
+        ),
+        "dppo_token_loss": (
+            "the binary KL's second log is log((1 - p_old + 1e-8) / (1 - p + 1e-8)) (core_algos.py:"
+            "1515-1517): D differs where p or p_old lies within ~1e-8 of 1 (finite, not +inf, at p = 1).",
         ),
         "decoupled_ppo_token_loss": (
             "the PPO log-ratio log_prob - old_log_prob is clamped to +-20 (core_algos.py:1338); "
@@ -462,6 +538,13 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
         "proximal_logp_interpolation": (
             "'linear' adds 1e-10 inside the log (actor.py:676), and is computed for metrics only "
             "(prox_logp_method is 'recompute', 'loglinear' or 'metrics').",
+        ),
+        "sapo_token_loss": (
+            "importance_sampling_level='sequence' (cli_args.py:1563-1569) gates the geometric-mean "
+            "sequence ratio with the row-mean advantage (functional.py:596-599, :56-149); "
+            "sapo_token_loss gates the token ratio only.",
+            "the loss is a local token mean, divided by the micro-batch's valid-token count "
+            "(functional.py:623); aggregation is a separate call.",
         ),
     },
 }

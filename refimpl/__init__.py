@@ -16,7 +16,17 @@ from refimpl.fused_logprobs import (
 from refimpl.gae import gae
 from refimpl.kl import kl_penalty
 from refimpl.logprobs import token_entropy, token_logprobs
-from refimpl.losses import cispo_token_loss, gspo_token_loss, pg_token_loss, ppo_token_loss, value_token_loss
+from refimpl.losses import (
+    cispo_token_loss,
+    dppo_token_loss,
+    dro_token_loss,
+    gmpo_token_loss,
+    gspo_token_loss,
+    pg_token_loss,
+    ppo_token_loss,
+    sapo_token_loss,
+    value_token_loss,
+)
 from refimpl.metrics import ppo_clipped_mask
 from refimpl.offpolicy import (
     decoupled_ppo_token_loss,
@@ -71,6 +81,11 @@ __all__ = [
     "decoupled_ppo_token_loss",
     "proximal_logp_interpolation",
     "off_policy_sequence_mask",
+    # spec v1.1: policy losses of 2025-26 (refimpl.losses)
+    "sapo_token_loss",
+    "gmpo_token_loss",
+    "dppo_token_loss",
+    "dro_token_loss",
     # multi-GPU / packing (refimpl.distributed, refimpl.vocab_parallel, refimpl.packed)
     "StepCounts",
     "step_counts",

@@ -1165,6 +1165,118 @@ add("policy_loss/empty-mask-row",
          kl_coef=0.1, mode="seq_mean_token_sum"))
 
 # ---------------------------------------------------------------------------------------------
+# Spec v1.1, policy losses of 2025-26 (SAPO, GMPO, DPPO, DRO); logp = old_logp + d as for PPO.
+# ---------------------------------------------------------------------------------------------
+
+
+def _sig(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+add("sapo_token_loss/on-policy",
+    "r = 1: the gate is sigma(0) = 1/2, so L = -2A/tau and the gradient is -A (both signs)",
+    _policy("sapo_token_loss", [[0.0] * 4], [[0.0, 1.0, -1.0, 2.0]], mask(".xxx")),
+    expect=where(mask(".xxx"), [[0.0, -2.0, 2.0 / 1.05, -4.0]]), grad_factor=where(mask(".xxx"), [[0.0, -1.0, 1.0, -2.0]]))
+add("sapo_token_loss/ratio-three",
+    "r = 3, A = 1, tau = 1: L = -4 sigma(2), gradient -4 sigma(2) (1 - sigma(2)) 3",
+    _policy("sapo_token_loss", [[0.0, np.log(3.0)]], [1.0], mask(".x")),
+    expect=where(mask(".x"), -4 * _sig(2.0)), grad_factor=where(mask(".x"), -12 * _sig(2.0) * (1 - _sig(2.0))))
+add("sapo_token_loss/negative-advantage-tau",
+    "A < 0 uses tau_neg: tau_neg = 3, r = 2: L = (4/3) sigma(3)",
+    _policy("sapo_token_loss", [[0.0, np.log(2.0)]], [-1.0], mask(".x"), tau_neg=3.0),
+    expect=where(mask(".x"), 4 / 3 * _sig(3.0)))
+add("sapo_token_loss/overflowing-ratio",
+    "d = 800 overflows r; the gate saturates: L = -A 4/tau with a zero gradient; A = 0 gives 0",
+    _policy("sapo_token_loss", [[0.0, 800.0, 800.0]], [[0.0, -1.0, 0.0]], mask(".xx"), old=-801.0),
+    expect=where(mask(".xx"), [[0.0, 4 / 1.05, 0.0]]), grad_factor=np.zeros((1, 3)))
+add("sapo_token_loss/log-ratio-clamp",
+    "log_ratio_clamp 20 (verl): d = 25 is clamped, the gate saturates, no gradient",
+    _policy("sapo_token_loss", [[0.0, 25.0, 0.1]], [1.0], mask(".xx"), old=-30.0, log_ratio_clamp=20.0),
+    expect=where(mask(".xx"), [[0.0, -4 * _sig(np.exp(20.0) - 1), -4 * _sig(np.exp(0.1) - 1)]]))
+add("sapo_token_loss/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions change nothing",
+    lambda: build("sapo_token_loss", {"logp": f64([[nan, -1.0, inf, -1.5]]), "old_logp": f64([[1e30, -1.1, nan, -1.5]]),
+                                      "advantages": f64([[nan, 1.0, 1e30, -1.0]]), "mask": mask(".x.x")}, {}))
+
+add("gmpo_token_loss/on-policy",
+    "r = 1 for every token: each valid token carries -mean(A) = -1.5 (the gradient couples the row's tokens)",
+    _policy("gmpo_token_loss", [[0.0] * 6], [1.5], M6), expect=where(M6, -1.5))
+add("gmpo_token_loss/clipped-positive",
+    "A > 0: d = 0.5 is clipped to 0.4 (no gradient through it), 0.1 and -0.1 are not: rho = e^(0.4/3)",
+    _policy("gmpo_token_loss", [[0.0, 0.5, 0.1, -0.1]], [1.0], mask(".xxx")),
+    expect=where(mask(".xxx"), -np.exp(0.4 / 3)))
+add("gmpo_token_loss/clipped-negative",
+    "A < 0, sign-aware: d = -0.5 clips to -0.4, d = 0.5 stays: rho = e^((-0.4 + 0.5 + 0)/3), L = +rho",
+    _policy("gmpo_token_loss", [[0.0, -0.5, 0.5, 0.0]], [-1.0], mask(".xxx")),
+    expect=where(mask(".xxx"), np.exp(0.1 / 3)))
+add("gmpo_token_loss/token-advantages-mean",
+    "[B, T] advantages: the row's loss uses their mean (1 + 3 + -1)/3 = 1 and each token's own sign for the clip",
+    _policy("gmpo_token_loss", [[0.0, 0.1, 0.2, 0.3]], [[0.0, 1.0, 3.0, -1.0]], mask(".xxx")),
+    expect=where(mask(".xxx"), -np.exp(0.2)))
+add("gmpo_token_loss/empty-mask-row",
+    "a row with no valid token is 0 with a zero gradient",
+    _policy("gmpo_token_loss", [[0.0, 0.1, -0.1]] * 2, [1.0, -1.0], mask(".xx", "...")),
+    expect=where(mask(".xx", "..."), [[-1.0], [0.0]]))
+add("gmpo_token_loss/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions change nothing",
+    lambda: build("gmpo_token_loss", {"logp": f64([[nan, -1.0, inf, -1.5]]), "old_logp": f64([[1e30, -1.1, nan, -1.5]]),
+                                      "advantages": f64([[nan, 1.0, 1e30, -1.0]]), "mask": mask(".x.x")}, {}))
+
+
+def _dppo(p, p_old, adv, m, **kw):
+    """DPPO on probabilities: logp = log p, old_logp = log p_old (masked positions hold p = p_old = 0.5)."""
+    return lambda: build("dppo_token_loss", {"logp": np.log(f64(p)), "old_logp": np.log(f64(p_old)), "advantages": f64(adv),
+                                             "mask": m}, kw)
+
+
+add("dppo_token_loss/tv-keep-and-drop",
+    "TV: A > 0 keeps p - p_old = 0.1 (L = -A r log p, r = 1.2) and drops 0.3; A < 0 drops -0.3",
+    _dppo([[0.5, 0.6, 0.8, 0.2]], [[0.5, 0.5, 0.5, 0.5]], [[0.0, 1.0, 1.0, -1.0]], mask(".xxx")),
+    expect=where(mask(".xxx"), [[0.0, -1.2 * np.log(0.6), 0.0, 0.0]]), grad_factor=where(mask(".xxx"), [[0.0, -1.2, 0.0, 0.0]]))
+add("dppo_token_loss/kl-keep-and-drop",
+    "binary KL(0.5 || p): p = 0.6 gives 0.0204 (kept), p = 0.8 gives 0.223 > 0.2 (dropped, A > 0 and p > p_old); "
+    "p = 0.2 with A > 0 is kept whatever its KL (p <= p_old)",
+    _dppo([[0.5, 0.6, 0.8, 0.2]], [[0.5] * 4], [1.0], mask(".xxx"), divergence="kl"),
+    expect=where(mask(".xxx"), [[0.0, -1.2 * np.log(0.6), 0.0, -0.4 * np.log(0.2)]]))
+add("dppo_token_loss/ratio-cap",
+    "ratio_cap 3: r = 4 is used as 3 (a constant); A < 0 and p - p_old = 0.6 >= -delta keeps the token",
+    _dppo([[0.5, 0.8]], [[0.5, 0.2]], [-1.0], mask(".x"), ratio_cap=3.0),
+    expect=where(mask(".x"), [[0.0, 3.0 * np.log(0.8)]]), grad_factor=where(mask(".x"), [[0.0, 3.0]]))
+add("dppo_token_loss/asymmetric-deltas",
+    "delta_low 0.05, delta_high 0.5: A > 0 keeps p - p_old = 0.3; A < 0 drops p - p_old = -0.1",
+    _dppo([[0.5, 0.8, 0.4]], [[0.5, 0.5, 0.5]], [[0.0, 1.0, -1.0]], mask(".xx"), delta_low=0.05, delta_high=0.5),
+    expect=where(mask(".xx"), [[0.0, -1.6 * np.log(0.8), 0.0]]))
+add("dppo_token_loss/zero-advantage-overflowing-ratio",
+    "A = 0 with a ratio that overflows: loss 0 and gradient 0, never NaN",
+    _policy("dppo_token_loss", [[0.0, 800.0, 0.0]], [[0.0, 0.0, 1.0]], mask(".xx"), old=-801.0),
+    expect=where(mask(".xx"), [[0.0, 0.0, 801.0]]))
+add("dppo_token_loss/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions change nothing",
+    lambda: build("dppo_token_loss", {"logp": f64([[nan, -1.0, inf, -1.5]]), "old_logp": f64([[1e30, -1.1, nan, -1.5]]),
+                                      "advantages": f64([[nan, 1.0, 1e30, -1.0]]), "mask": mask(".x.x")}, {}))
+
+add("dro_token_loss/worked",
+    "A = 1, logp = -1, d = 0.5, beta = 0.1: L = -(A logp - beta d^2 / 2) = 1.0125, gradient -A + beta d = -0.95",
+    _policy("dro_token_loss", [[0.0, 0.5]], [1.0], mask(".x"), old=-1.5, beta=0.1),
+    expect=where(mask(".x"), 1.0125), grad_factor=where(mask(".x"), -0.95))
+add("dro_token_loss/on-policy",
+    "d = 0: REINFORCE, L = -A logp, gradient -A",
+    _policy("dro_token_loss", [[0.0] * 3], [[0.0, 2.0, -1.0]], mask(".xx"), old=-2.0, beta=1.0),
+    expect=where(mask(".xx"), [[0.0, 4.0, -2.0]]), grad_factor=where(mask(".xx"), [[0.0, -2.0, 1.0]]))
+add("dro_token_loss/penalty-both-signs",
+    "the quadratic penalty pulls toward old_logp from either side: d = +-1, beta = 2, A = 0: L = d^2, gradient 2d",
+    _policy("dro_token_loss", [[0.0, 1.0, -1.0]], [0.0], mask(".xx"), old=-2.0, beta=2.0),
+    expect=where(mask(".xx"), 1.0), grad_factor=where(mask(".xx"), [[0.0, 2.0, -2.0]]))
+add("dro_token_loss/token-advantages",
+    "[B, T] advantages, beta 0.5: each token its own A",
+    _policy("dro_token_loss", [[0.0, 0.2, -0.4]], [[0.0, 1.0, -3.0]], mask(".xx"), old=-1.0, beta=0.5),
+    expect=where(mask(".xx"), [[0.0, 0.8 + 0.01, -4.2 + 0.04]]))
+add("dro_token_loss/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions change nothing",
+    lambda: build("dro_token_loss", {"logp": f64([[nan, -1.0, inf, -1.5]]), "old_logp": f64([[1e30, -1.1, nan, -1.5]]),
+                                     "advantages": f64([[nan, 1.0, 1e30, -1.0]]), "mask": mask(".x.x")}, {"beta": 0.1}))
+
+# ---------------------------------------------------------------------------------------------
 # Spec v1.1, off-policy corrections. The rollout log-probs are written as old_logp - delta, so the
 # log-ratio delta = log(pi_old / pi_rollout) of every token is written out.
 # ---------------------------------------------------------------------------------------------
@@ -1492,6 +1604,15 @@ PRESET_INPUTS: dict[str, Callable[..., Callable[[], cases.Case]]] = {
         [[0.0, 2.0, 0.3, -1.0, 0.0], [0.0, 0.5, -0.2, 0.1, 1.7]], mask(".xxxx", ".xxxx"), **kw),
     # A < 0 with a PPO ratio e^1.5 = 4.5 > 3 (verl's dual clip) and behaviour weights e^1 = 2.7 and
     # e^2 = 7.4 (above verl's cap 2; the second also above AReaL's rejection bound 5).
+    # d = -25 (beyond verl's +-20 log-ratio clamp: a change of ~1e-9 in the saturated gate) and ordinary ratios
+    "sapo_token_loss": lambda preset, **kw: _policy(
+        "sapo_token_loss", [[0.0, -25.0, 0.3, -0.2]], [[0.0, -1.0, 1.0, -1.0]], mask(".xxx"), **kw),
+    # log-ratios 0.3 and -0.3: inside the paper's +-0.4, outside verl's +-0.2
+    "gmpo_token_loss": lambda preset, **kw: _policy(
+        "gmpo_token_loss", [[0.0, 0.3, -0.3, 0.1], [0.0, -0.3, 0.25, 0.0]], [1.0, -1.0], mask(".xxx", ".xxx"), **kw),
+    # a kept token with ratio 4 (verl caps the stop-gradient weight at 3)
+    "dppo_token_loss": lambda preset, **kw: _dppo(
+        [[0.5, 0.8, 0.6]], [[0.5, 0.2, 0.5]], [[0.0, -1.0, 1.0]], mask(".xx"), **kw),
     # two rejected tokens with large weights in a row of four: dropped vs zero changes the count
     "corrected_policy_loss": lambda preset, **kw: _cpl(
         [[0.0, 0.1, -0.1, 0.2, 0.0]], [[0.0] * 5], [1.0], [[0.0, 2.0, 0.5, 1.5, 3.0]], mask(".x.x."), mask(".xxxx"),
@@ -1542,6 +1663,10 @@ RANDOM_SEEDS: dict[str, tuple[int, ...]] = {
     "proximal_logp_interpolation": (1, 2, 3),
     "off_policy_sequence_mask": (1, 2, 3),
     "corrected_policy_loss": (1, 2, 3),
+    "sapo_token_loss": (1, 2, 3),
+    "gmpo_token_loss": (1, 2, 3),
+    "dppo_token_loss": (1, 2, 3),
+    "dro_token_loss": (1, 2, 3),
 }
 
 

@@ -429,6 +429,81 @@ def corrected_policy_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float,
     return (_corrected(a, kw)[0],)
 
 
+# spec v1.1 policy losses (api.md "Spec v1.1: policy losses of 2025-26")
+
+
+def _log_ratio(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(d clipped to +-log_ratio_clamp, dd/dlogp: 0 where the clamp binds)."""
+    m = a["mask"]
+    d = _clean(m, a["logp"]) - _clean(m, a["old_logp"])
+    c = kw.get("log_ratio_clamp")
+    if c is None:
+        return d, np.ones_like(d)
+    return np.clip(d, -c, c), np.where(np.abs(d) < c, 1.0, 0.0)
+
+
+def _sapo(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    m, A = a["mask"], _adv(a)
+    d, dd = _log_ratio(a, kw)
+    tau = np.where(A > 0, kw.get("tau_pos", 1.0), kw.get("tau_neg", 1.05))
+    with np.errstate(over="ignore"):
+        r = np.exp(d)
+        x = tau * (r - 1)
+        sig = 1 / (1 + np.exp(-x))
+        one_minus = 1 / (1 + np.exp(x))
+    slope = sig * one_minus * np.where(np.isinf(r), 0.0, r)  # a saturated gate has no slope
+    return _zero_masked(m, _times_neg_A(A, 4 / tau * sig)), _zero_masked(m, _times_neg_A(A, 4 * slope * dd))
+
+
+def sapo_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    return (_sapo(a, kw)[0],)
+
+
+def gmpo_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m, A = a["mask"], _adv(a)
+    d = _clean(m, a["logp"]) - _clean(m, a["old_logp"])
+    sign = np.sign(A)
+    s = sign * np.minimum(sign * d, sign * np.clip(d, -kw.get("eps_low", 0.4), kw.get("eps_high", 0.4)))
+    n = np.maximum(m.sum(axis=1, keepdims=True), 1)
+    rho = np.exp(_clean(m, s).sum(axis=1, keepdims=True) / n)
+    A_bar = A.sum(axis=1, keepdims=True) / n
+    return (_zero_masked(m, np.broadcast_to(-A_bar * rho, m.shape)),)
+
+
+def _dppo(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    m, A = a["mask"], _adv(a)
+    lp, old = _clean(m, a["logp"]), _clean(m, a["old_logp"])
+    d, _ = _log_ratio(a, kw)
+    p, q = np.exp(lp), np.exp(old)
+    lo, hi = kw.get("delta_low", 0.2), kw.get("delta_high", 0.2)
+    if kw.get("divergence", "tv") == "tv":
+        keep = np.where(A > 0, p - q <= hi, p - q >= -lo)
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kl = q * (old - lp) + (1 - q) * (np.log1p(-q) - np.log1p(-p))
+        keep = np.where(A > 0, (kl <= hi) | (p <= q), (kl <= lo) | (p >= q))
+    cap = kw.get("ratio_cap")
+    with np.errstate(over="ignore"):
+        w = np.exp(d) if cap is None else np.minimum(np.exp(d), cap)
+    coef = np.where(keep & m, w, 0.0)
+    return _zero_masked(m, _times_neg_A(A, _times_neg_A(-coef, lp))), _zero_masked(m, _times_neg_A(A, coef))
+
+
+def dppo_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    return (_dppo(a, kw)[0],)
+
+
+def _dro(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    m, A, beta = a["mask"], _adv(a), kw["beta"]
+    lp = _clean(m, a["logp"])
+    d = lp - _clean(m, a["old_logp"])
+    return _zero_masked(m, -(A * lp - 0.5 * beta * d * d)), _zero_masked(m, -A + beta * d)
+
+
+def dro_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    return (_dro(a, kw)[0],)
+
+
 HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "token_logprobs": token_logprobs,
     "token_entropy": token_entropy,
@@ -455,6 +530,10 @@ HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "proximal_logp_interpolation": proximal_logp_interpolation,
     "off_policy_sequence_mask": off_policy_sequence_mask,
     "corrected_policy_loss": corrected_policy_loss,
+    "sapo_token_loss": sapo_token_loss,
+    "gmpo_token_loss": gmpo_token_loss,
+    "dppo_token_loss": dppo_token_loss,
+    "dro_token_loss": dro_token_loss,
 }
 
 
@@ -514,4 +593,7 @@ HAND_GRAD: dict[str, Callable[[dict[str, Any], dict[str, Any], Any], tuple[Any, 
     "policy_loss": lambda a, kw, u: (u * _policy(a, kw)[1],),
     "decoupled_ppo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _decoupled(a, kw)[1],),
     "corrected_policy_loss": lambda a, kw, u: (u * _corrected(a, kw)[1],),
+    "sapo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _sapo(a, kw)[1],),
+    "dppo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _dppo(a, kw)[1],),
+    "dro_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _dro(a, kw)[1],),
 }

@@ -102,6 +102,11 @@ def cases(dtype: torch.dtype) -> dict[str, Case]:
         ("gspo-token_sg", refimpl.gspo_token_loss, {"form": "token_sg"}),
         ("cispo-relative", refimpl.cispo_token_loss, {"eps_low": 0.2}),
         ("cispo-absolute", refimpl.cispo_token_loss, {"eps_high": 5.0, "bound": "absolute"}),
+        ("sapo", refimpl.sapo_token_loss, {"tau_pos": 2.0, "log_ratio_clamp": 20.0}),
+        ("gmpo", refimpl.gmpo_token_loss, {"eps_low": 0.2}),
+        ("dppo-tv", refimpl.dppo_token_loss, {"ratio_cap": 3.0}),
+        ("dppo-kl", refimpl.dppo_token_loss, {"divergence": "kl", "delta_high": 0.05}),
+        ("dro", refimpl.dro_token_loss, {"beta": 0.1}),
     ]:
         for adv_name, adv in (("tokens", adv_bt), ("rows", adv_b)):
             args = {"logp": logp, "old_logp": old, "advantages": adv, "mask": MASK}

@@ -69,9 +69,10 @@ ROLES: dict[str, str] = {
 }
 
 CHOICES = ("estimator", "kl_estimator", "mode", "baseline", "scale", "singleton", "form", "bound",
-           "level", "seq_stat", "statistic", "kl_of", "behav_mode", "method", "rejected")
+           "level", "seq_stat", "statistic", "kl_of", "behav_mode", "method", "rejected", "divergence")
 REALS = ("temperature", "eps", "eps_low", "eps_high", "dual_clip", "clip", "log_ratio_clamp", "clamp",
-         "gamma", "lam", "norm_length", "num_tokens", "num_seqs", "kl_coef", "lo", "hi", "behav_cap", "threshold")
+         "gamma", "lam", "norm_length", "num_tokens", "num_seqs", "kl_coef", "lo", "hi", "behav_cap", "threshold",
+         "tau_pos", "tau_neg", "delta_low", "delta_high", "ratio_cap", "beta")
 INTS = ("std_ddof", "chunk_size", "vocab_chunk_size", "vocab_start", "dp_world_size", "version")
 BOOLS = ("shift_mean", "reduce_hidden_grad", "batch_normalize", "weight_kl")
 LAYOUTS = ("cu_seqlens", "position_ids")  # packed rows: exactly one of the two
@@ -110,6 +111,12 @@ KEYWORD_VALUES: dict[str, tuple[Any, ...]] = {
     "behav_cap": (0.0, -1.0),
     "threshold": (),
     "version": (-1,),
+    "tau_pos": (0.0, -1.0),
+    "tau_neg": (0.0, -1.0),
+    "delta_low": (-0.1,),
+    "delta_high": (-0.1,),
+    "ratio_cap": (0.0, -1.0),
+    "beta": (0.0, -0.5),
 }
 KEYWORDS = set(CHOICES) | set(REALS) | set(INTS) | set(BOOLS) | set(LAYOUTS) | set(SEQUENCES) | set(NOT_FUZZED)
 
