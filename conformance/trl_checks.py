@@ -27,6 +27,20 @@ How a GRPO loss row is checked
    one (``pass``), else a named variant (``preset``, e.g. CISPO's absolute bound, TRL's KL times the
    importance ratio), else ``fail`` with the canonical mismatch.
 
+Spec v1.1 policy losses in the loss
+-----------------------------------
+``loss_type="sapo"`` (``grpo_trainer.py:3121-3124``) is ``sapo_token_loss(tau_pos=sapo_temperature_pos,
+tau_neg=sapo_temperature_neg)`` (``grpo_config.py:714-729``), reduced like ``grpo``
+(``seq_mean_token_mean``, :3153-3157); with ``importance_sampling_level="sequence"`` the gate acts on
+GSPO's s_b (:3086-3088), i.e. ``sapo_token_loss`` at the row means of logp and old_logp
+(``sapo_sequence_piece``). ``luspo`` is ``gspo_token_loss`` (or ``ppo_token_loss`` at the default token
+level) with ``seq_mean_token_sum`` (:3175-3181). ``vespo`` (:3125-3137) needs VESPO's gamma weight
+phi(w) (:2972-3018), which no spec quantity gives: its off-policy row is "not implemented"
+(``NOT_EXPRESSIBLE``, the missing quantity ``vespo_token_loss``); on-policy phi(1) = 1 and it is
+``pg_token_loss``, checked. The installed TRL's loss types are ``adapter.grpo_loss_types()`` (the
+``GRPOConfig`` help and the branches of ``_compute_loss``); one without a configuration here gets a
+"not implemented" row saying so (``extra_rows``).
+
 Rollout corrections (spec v1.1) in the loss
 -------------------------------------------
 Rows with ``is=<vllm_importance_sampling_mode>`` and/or ``opsm`` drive the same ``_compute_loss`` with
@@ -255,6 +269,37 @@ def cispo_piece(lp, old, A, m, *, eps_high, bound, eps_low=None) -> Piece:
     return Piece(oracle.cispo_token_loss(lp, old, A, m, **kw), lambda u: oracle.cispo_token_loss_grad(lp, old, A, m, u, **kw))
 
 
+def sapo_piece(lp, old, A, m, *, tau_pos, tau_neg) -> Piece:
+    kw = dict(tau_pos=tau_pos, tau_neg=tau_neg)
+    return Piece(oracle.sapo_token_loss(lp, old, A, m, **kw), lambda u: oracle.sapo_token_loss_grad(lp, old, A, m, u, **kw))
+
+
+def row_mean(x: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """The masked row mean of x on every valid token of the row (0 elsewhere; a row without valid
+    tokens is 0): mean_t(m*x) / max(1, n_b), broadcast. An affine map of x; its VJP is
+    ``row_mean_vjp``."""
+    n = np.maximum(m.sum(axis=1, keepdims=True), 1)
+    return np.where(m, np.where(m, x, 0.0).sum(axis=1, keepdims=True) / n, 0.0)
+
+
+def row_mean_vjp(u: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """u · d row_mean(x) / dx: each valid token receives the row's total upstream over n_b."""
+    n = np.maximum(m.sum(axis=1, keepdims=True), 1)
+    return np.where(m, np.where(m, u, 0.0).sum(axis=1, keepdims=True) / n, 0.0)
+
+
+def sapo_sequence_piece(lp, old, A, m, *, tau_pos, tau_neg) -> Piece:
+    """SAPO's gate on GSPO's sequence ratio (TRL ``importance_sampling_level="sequence"``,
+    ``grpo_trainer.py:3086-3088`` then :3121-3124): ``sapo_token_loss`` evaluated at the row means of
+    logp and old_logp, so every valid token's ratio is s_b = exp(masked mean of d), with its own A_t
+    and tau (sign of A_t); the gradient is chained through the row mean (``d s_b / d logp_t = s_b /
+    n_b``, as ``gspo_token_loss``'s sequence form)."""
+    kw = dict(tau_pos=tau_pos, tau_neg=tau_neg)
+    lbar, obar = row_mean(lp, m), row_mean(old, m)
+    return Piece(oracle.sapo_token_loss(lbar, obar, A, m, **kw),
+                 lambda u: row_mean_vjp(oracle.sapo_token_loss_grad(lbar, obar, A, m, u, **kw), m))
+
+
 def pg_piece(lp, A, m) -> Piece:
     return Piece(oracle.pg_token_loss(lp, A, m), lambda u: oracle.pg_token_loss_grad(lp, A, m, u))
 
@@ -368,11 +413,20 @@ def _policy_options(run: dict[str, Any], on_policy: bool) -> list[_Option]:
         # phi(w = 1) = e^(lambda + k*0 - lambda) = 1 (grpo_trainer.py:2972-3018): -sg(phi)*A*logp is pg.
         return [_Option("", None, {}, "pg_token_loss (VESPO's phi(1) = 1 on-policy)", "loss.pg",
                         policy=lambda lp: pg_piece(lp, A, m))]
-    if lt == "sapo" and on_policy and level == "token":
-        # sigmoid(tau*(r - 1))*4/tau has value 2/tau and slope 1 at r = 1: on-policy its gradient is
-        # the policy gradient's; its value is not a spec quantity.
-        return [_Option("", None, {}, "pg_token_loss (gradient only: SAPO's gate has slope 1 at r = 1)", "loss.pg",
-                        policy=lambda lp: pg_piece(lp, A, m), value_checked=False)]
+    if lt == "sapo":
+        # grpo_trainer.py:3121-3124: tau = where(A > 0, sapo_temperature_pos, sapo_temperature_neg)
+        # (grpo_config.py:714-729), -sigmoid(tau*(coef_1 - 1))*4/tau*A with coef_1 = exp(d) unclamped
+        # (:3083-3095). TRL's tau is a float32 tensor whatever the input dtype (torch.where with Python
+        # floats): a precision matter only, and these runs are float32 throughout.
+        # A run that does not record tau (trl_e2e builds its run from the config keywords) has GRPOConfig's
+        # defaults; a wrong tau can only make the row fail, never pass.
+        tp, tn = float(run.get("sapo_temperature_pos", 1.0)), float(run.get("sapo_temperature_neg", 1.05))
+        if level == "sequence":  # coef_1 = s_b, (B, 1), broadcast over the row (:3086-3088)
+            return [_Option("", None, {}, f"sapo_token_loss(row_mean(logp), row_mean(old_logp), tau_pos={tp:g}, "
+                            f"tau_neg={tn:g})", "loss.sapo",
+                            policy=lambda lp: sapo_sequence_piece(lp, old, A, m, tau_pos=tp, tau_neg=tn))]
+        return [_Option("", None, {}, f"sapo_token_loss(tau_pos={tp:g}, tau_neg={tn:g})", "loss.sapo",
+                        policy=lambda lp: sapo_piece(lp, old, A, m, tau_pos=tp, tau_neg=tn))]
     return []
 
 
@@ -620,6 +674,8 @@ def loss_configs() -> list[LossConfig]:
             _cfg("cispo", beta=beta, epsilon_high=5.0),  # the value TRL's docs recommend for cispo
             _cfg("grpo", beta=beta, importance_sampling_level="sequence"),  # GSPO
             _cfg("luspo", beta=beta, importance_sampling_level="sequence"),
+            _cfg("sapo", beta=beta),  # tau 1.0/1.05 (grpo_config.py:714-729), reduced like grpo (:3153-3157)
+            _cfg("sapo", beta=beta, importance_sampling_level="sequence"),  # the gate on s_b
         ]
     out += [
         _cfg("dapo", beta=BETA, use_bias_correction_kl=False),
@@ -629,10 +685,13 @@ def loss_configs() -> list[LossConfig]:
         _cfg("dapo", temperature=0.7),
         _cfg("dapo", entropy_coef=0.01),
         LossConfig("dapo", per_token_advantages=True),
+        _cfg("luspo"),  # the config default importance_sampling_level="token" (a warning, :916-920): ppo + seq_mean_token_sum
+        _cfg("sapo", sapo_temperature_pos=0.5, sapo_temperature_neg=2.0),  # tau read from GRPOConfig
+        LossConfig("sapo", per_token_advantages=True),  # tau by the sign of each A_t
+        LossConfig("sapo", on_policy=True),  # r = 1: L = -2A/tau, gradient -A
         LossConfig("vespo", on_policy=True),
-        LossConfig("sapo", on_policy=True),
-        LossConfig("vespo"),
-        LossConfig("sapo"),
+        LossConfig("vespo", (("beta", BETA),), on_policy=True),
+        LossConfig("vespo"),  # not implemented: NOT_EXPRESSIBLE["vespo"]
     ]
     return out + offpolicy_configs()
 
@@ -664,10 +723,12 @@ def offpolicy_configs() -> list[LossConfig]:
     ]
 
 
-NOT_EXPRESSIBLE = {
-    "sapo": "SAPO's soft gate sigmoid(tau*(r-1))*4/tau (grpo_trainer.py:3121-3124) is not a spec v1 quantity",
-    "vespo": "VESPO's detached gamma weight phi(w) of the summed, clamped sequence log-ratio "
-    "(grpo_trainer.py:2972-3018, 3125-3137) is not a spec v1 quantity",
+NOT_EXPRESSIBLE = {  # loss_type -> why no composition exists off-policy (the on_policy rows check what can be)
+    "vespo": "missing spec quantity vespo_token_loss: VESPO's detached gamma weight "
+    "phi(w) = exp(lambda + k*log w - lambda*w), w = exp(clamp(sum_t m*clamp(d, -20, 20), log 1e-8, 20)) the "
+    "clamped sequence product ratio (times the token IS ratios under vLLM), (k, lambda) = (vespo_k_pos, vespo_lambda_pos) for A >= 0 else "
+    "(vespo_k_neg, vespo_lambda_neg), in -phi(w)*A*logp (grpo_trainer.py:2972-3018, :3125-3137); no spec "
+    "v1/v1.1 function or composition of them gives phi",
 }
 
 
@@ -739,7 +800,8 @@ def check_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> RowResult:
                     row.message = f"matches {'preset ' + comp.preset if comp.preset else 'variant'} ({comp.label}), not canonical: {comp.formula}"
                 if not comp.value_checked:
                     row.status = "not_implemented"
-                    row.message = f"{NOT_EXPRESSIBLE[cfg.loss_type]}; value not compared. Gradient matches {comp.formula}"
+                    why = NOT_EXPRESSIBLE.get(cfg.loss_type, f"the value of loss_type {cfg.loss_type!r} is not a spec quantity")
+                    row.message = f"{why}; value not compared. Gradient matches {comp.formula}"
                 if told_apart:
                     row.message += "\n" + told_apart
                 return row

@@ -368,7 +368,9 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
         ),
         "sapo_token_loss": (
             "importance_sampling_level='sequence' gates the GSPO sequence ratio exp(masked mean of d) "
-            "(grpo_trainer.py:3084-3095, :3121-3124); sapo_token_loss gates the token ratio only.",
+            "(grpo_trainer.py:3084-3095, :3121-3124): one call of sapo_token_loss cannot, but the "
+            "composition sapo_token_loss at the row means of logp and old_logp expresses it (checked: "
+            "trl.grpo_loss[sapo,sequence,*] rows).",
             "loss_type='sapo' is reduced like 'grpo', a mean of row token-means per micro-batch divided "
             "by GA (:3153-3157); aggregation is a separate call.",
         ),

@@ -17,7 +17,8 @@ Extras that are not core-API functions (checked by ``conformance/trl_checks.py``
 (``RLOOTrainer._compute_loss``, ``rloo_trainer.py:1794-1863``), driven on a tiny random-weight Llama with
 the gradient captured at the per-token log-probs, the final hidden states and the LM-head weight;
 ``grpo_current_logps`` / ``rloo_current_logps``, ``grpo_loss_types`` (read from the installed
-``GRPOConfig``), ``selective_log_softmax_and_entropy`` and ``nanstd``.
+``GRPOConfig``'s help and the branches of ``GRPOTrainer._compute_loss``), ``selective_log_softmax_and_entropy``
+and ``nanstd``.
 
 What loads TRL's rollout importance-sampling correction without vLLM (``rollout_is_weights``):
 TRL computes the ratio inline in ``_generate_and_score_completions`` (``grpo_trainer.py:2659-2707``: δ =
@@ -492,7 +493,15 @@ class TRLAdapter:
     # ------------------------------------------------------------------------------------------
 
     def grpo_loss_types(self) -> tuple[str, ...]:
-        """The ``loss_type`` values the installed ``GRPOConfig`` documents (read from its field help)."""
+        """The ``loss_type`` values the installed TRL offers: those ``GRPOConfig`` documents (its field
+        help), then any other that ``GRPOTrainer._compute_loss`` dispatches on. ``GRPOConfig`` does not
+        validate ``loss_type``; ``_compute_loss`` does, with an ``if``/``elif`` chain on
+        ``self.loss_type`` that ends in ``ValueError("Unknown loss type")`` (trl 1.16.0
+        ``grpo_trainer.py:3109-3138`` for the per-token loss, ``:3153-3184`` for the reduction)."""
+        return tuple(dict.fromkeys(self.grpo_documented_loss_types() + self.grpo_dispatched_loss_types()))
+
+    def grpo_documented_loss_types(self) -> tuple[str, ...]:
+        """The ``loss_type`` values of the ``GRPOConfig.loss_type`` help ("Supported values are ...")."""
         import dataclasses
 
         from trl import GRPOConfig
@@ -500,6 +509,19 @@ class TRLAdapter:
         field = next(f for f in dataclasses.fields(GRPOConfig) if f.name == "loss_type")
         sentence = re.search(r"Supported values are (.*?)\.", field.metadata["help"], re.S)
         return tuple(re.findall(r"'([a-z_]+)'", sentence.group(1))) if sentence else (field.default,)
+
+    def grpo_dispatched_loss_types(self) -> tuple[str, ...]:
+        """The ``loss_type`` values ``GRPOTrainer._compute_loss`` has a branch for, read from its source:
+        the literals of ``self.loss_type == "x"`` and ``self.loss_type in ["x", ...]``."""
+        import inspect
+
+        from trl import GRPOTrainer
+
+        src = inspect.getsource(GRPOTrainer._compute_loss)
+        found: list[str] = []
+        for single, group in re.findall(r"self\.loss_type\s*(?:==\s*[\"']([a-z_]+)[\"']|in\s*[\[(]([^\])]*)[\])])", src):
+            found += [single] if single else re.findall(r"[\"']([a-z_]+)[\"']", group)
+        return tuple(dict.fromkeys(found))
 
     def grpo_current_logps(self, batch: dict[str, torch.Tensor], **config: Any) -> torch.Tensor:
         """TRL's per-token log-probs of the completion, ``[B, C]`` (TRL's layout), without gradient."""
@@ -785,6 +807,10 @@ class _TinyWorld:
             "epsilon_high": float(trainer.epsilon_high),
             "beta": float(trainer.beta),
         }
+        if kind == "grpo":  # grpo_config.py:714-757: read only by loss_type "sapo" (:3121-3124) and "vespo" (:3125-3137)
+            settings.update({name: float(getattr(trainer.args, name)) for name in (
+                "sapo_temperature_pos", "sapo_temperature_neg",
+                "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")})
         if kind == "rloo":
             return {
                 "loss": float(loss.detach()),

@@ -24,6 +24,10 @@ What is called (verl 0.9.1; paths relative to ``verl/``):
 | ``aggregate`` | ``core_algos.py::agg_loss`` (:1140) with the global batch info the engine passes (``workers/utils/losses.py:57-69``) |
 | ``rollout_is_weights`` | ``trainer/ppo/rollout_corr_helper.py::compute_rollout_correction_and_rejection_mask`` (:786) with ``rollout_is`` set: ``compute_rollout_correction_weights`` (:522) on ``log_ratio = old - rollout`` (:849) |
 | ``rollout_rejection_mask`` | idem with ``rollout_rs`` set: ``compute_rollout_rejection_mask`` (:197); the modified ``response_mask`` is the keep mask |
+| ``sapo_token_loss`` | ``core_algos.py::compute_policy_loss_sapo`` (:1622, ``loss_mode="sapo"``): the per-token matrix it aggregates (its reduction is hard-coded, :1688-1690; the matrix is read before it) |
+| ``gmpo_token_loss`` | ``core_algos.py::compute_policy_loss_geo_mean`` (:1928, ``"geo_mean"``) on each row alone: the row's loss ``L_b`` (its scalar is ``torch.mean`` over the rows, :2000), carried by every valid token of the row |
+| ``dppo_token_loss`` | ``core_algos.py::compute_policy_loss_dppo_tv`` (:1379, ``divergence="tv"``) / ``_dppo_kl`` (:1460, ``"kl"``): the per-token matrix they aggregate |
+| ``dro_token_loss`` | ``core_algos.py::compute_policy_loss_dro`` (:2014): the per-token matrix it aggregates |
 | ``decoupled_ppo_token_loss`` | decoupled mode: ``compute_rollout_correction_and_add_to_batch`` (:1013) with ``rollout_is="token"`` on (old = prox, rollout = behav), then ``compute_policy_loss_vanilla`` (:1286) against ``old_log_prob`` = prox with those ``rollout_is_weights`` (``pg_losses * rollout_is_weights``, :1365): the matrix it aggregates |
 
 Everything else verl computes as a scalar or with a setting the core API cannot ask for is checked by
@@ -33,6 +37,29 @@ data-parallel ranks, the aggregated policy and value losses (value and gradient)
 ``"abs"`` and straight-through ``"k3+"``, GAE's whitened advantages, the k1 rejection bounds read as
 verl documents them, and the decoupled (sequence-level IS) and bypass-mode (``ppo_clip`` with
 rejection, ``reinforce`` with IS) policy losses.
+
+The v1.1 policy losses of 2025-26 (settings as verl reads them; what they cannot ask for raises
+``NotImplementedError``, a "not implemented" case):
+- ``sapo_token_loss``: ``tau_pos``/``tau_neg`` -> ``ActorConfig.tau_pos``/``tau_neg`` (actor.py:167-168).
+- ``gmpo_token_loss``: ``eps_low``/``eps_high`` -> ``clip_ratio_low``/``clip_ratio_high`` (the log-space
+  clip range, core_algos.py:1959-1961, :1978). The ``policy_loss`` op runs ``geo_mean`` once per row
+  (``per_row``): with one row, ``torch.mean`` is that row's ``-Ā_b·ρ_b``, and the gradient of
+  ``Σ_t u[b,t]·L_b`` is verl's autograd gradient of the row's loss times the row's upstream sum, which
+  is the spec's gradient. ``ρ_b`` and ``Ā_b`` divide by ``n_b + 1e-8`` (:1984, :1987): a float64
+  precision note, never a semantic difference.
+- ``dppo_token_loss``: ``divergence`` -> ``loss_mode`` ``"dppo_tv"`` / ``"dppo_kl"``; ``delta_low``/
+  ``delta_high`` -> ``clip_ratio_low``/``clip_ratio_high`` (:1413-1416, :1494-1497); ``ratio_cap`` ->
+  ``clip_ratio_c`` (``clamp(ratio, max=clip_ratio_c)``, :1427-1428, :1508-1509). Not expressible:
+  ``ratio_cap=None`` (verl always truncates the weight; ActorConfig's ``clip_ratio_c`` is 3.0).
+- ``dro_token_loss``: ``beta`` -> ``PolicyLossConfig.dro_beta`` (actor.py:100; the op builds
+  ``ActorConfig.policy_loss`` from a ``policy_loss`` dict).
+- ``log_ratio_clamp`` (SAPO, DPPO): verl clamps the log-ratio at ±20 always (:1666, :1420, :1501), so
+  only None (the canonical value the runner holds the row to: the ``verl`` preset names the clamp) and
+  20 are run.
+- verl's ``gpg`` is ``pg_token_loss`` aggregated (no new function); it and the aggregated forms of the
+  four losses above (with ``sapo``'s and ``geo_mean``'s fixed reductions) are the
+  ``verl.policy_loss[<loss_mode>,<agg mode>]`` rows of ``verl_checks.py``; ``clip_cov`` and ``kl_cov``
+  have no spec quantity and are "not implemented" rows there.
 
 Conventions this adapter converts (the checks never do):
 - verl's losses take response tensors ``[B, R]`` with a ``response_mask``; the spec's ``[B, T]``
@@ -108,6 +135,8 @@ class VerlAdapter(SubprocessAdapter):
         # utils/torch_functional.py:308: masked_mean divides by (n + 1e-8); rollout_corr_helper.py:628-655
         # takes the batch mean with it (token level, and each row's weight at sequence level)
         "rollout_is_weights": "batch_normalize divides by masked_mean, whose count has + 1e-8 (relative 1e-8/n)",
+        # core_algos.py:1984, :1987: exp(sum(s * m) / (n_b + 1e-8)) and sum(A * m) / (n_b + 1e-8)
+        "gmpo_token_loss": "geo_mean divides the row sums by n_b + 1e-8 (core_algos.py:1984, :1987): relative ~1e-8/n_b",
     }
 
     LOGPROBS_OP = "logprobs_from_logits"
@@ -219,6 +248,102 @@ class VerlAdapter(SubprocessAdapter):
 
     def cispo_token_loss_grad(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, upstream: Any, *, eps_low: float | None = None, eps_high: float = 0.28, bound: str = "relative") -> np.ndarray:
         return self._policy("cispo_token_loss", self._loss_params("cispo", self._cispo_config(eps_low, eps_high, bound)), logp, old_logp, advantages, mask, upstream)
+
+    # ------------------------------------------------------------------------------------------
+    # spec v1.1: policy losses of 2025-26 (core_algos.py's registered sapo, geo_mean, dppo_tv/_kl, dro)
+    # ------------------------------------------------------------------------------------------
+
+    LOG_RATIO_CLAMP = 20.0  # core_algos.py:1666 (sapo), :1420 (dppo_tv), :1501 (dppo_kl): clamp(d, -20, 20)
+
+    @staticmethod
+    def _positive(fn: str, name: str, value: Any, *, strict: bool = True) -> float:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise io.fail(fn, name, f"expected a number, got {value!r}", TypeError)
+        v = float(value)
+        if not math.isfinite(v) or (v <= 0 if strict else v < 0):
+            raise io.fail(fn, name, f"expected a finite number {'>' if strict else '>='} 0, got {value!r}")
+        return v
+
+    def _clamp_setting(self, fn: str, log_ratio_clamp: float | None, where: str) -> None:
+        """verl clamps this loss's log-ratio at +-20 always (``where``): only None (the canonical value the
+        runner holds the row to, the ``verl`` preset names the clamp) and 20 are run."""
+        if log_ratio_clamp is not None:
+            self._positive(fn, "log_ratio_clamp", log_ratio_clamp)
+        if log_ratio_clamp not in (None, self.LOG_RATIO_CLAMP):
+            raise NotImplementedError(f"verl clamps the log-ratio at +-20, {where}, not at {log_ratio_clamp!r}")
+
+    def _sapo_params(self, tau_pos: float, tau_neg: float, log_ratio_clamp: float | None) -> dict[str, Any]:
+        fn = "sapo_token_loss"
+        config = {"tau_pos": self._positive(fn, "tau_pos", tau_pos), "tau_neg": self._positive(fn, "tau_neg", tau_neg)}
+        self._clamp_setting(fn, log_ratio_clamp, "core_algos.py:1666")
+        # the loss_agg_mode is ignored (seq-mean-token-mean hard-coded, :1688-1690); the per-token matrix is read
+        return self._loss_params("sapo", config)
+
+    def sapo_token_loss(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, tau_pos: float = 1.0,
+                        tau_neg: float = 1.05, log_ratio_clamp: float | None = None) -> np.ndarray:
+        return self._policy("sapo_token_loss", self._sapo_params(tau_pos, tau_neg, log_ratio_clamp), logp, old_logp, advantages, mask)
+
+    def sapo_token_loss_grad(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, upstream: Any, *, tau_pos: float = 1.0,
+                             tau_neg: float = 1.05, log_ratio_clamp: float | None = None) -> np.ndarray:
+        return self._policy("sapo_token_loss", self._sapo_params(tau_pos, tau_neg, log_ratio_clamp), logp, old_logp, advantages, mask,
+                            upstream)
+
+    def _gmpo_params(self, eps_low: float, eps_high: float) -> dict[str, Any]:
+        fn = "gmpo_token_loss"
+        low = self._positive(fn, "eps_low", eps_low, strict=False)
+        high = self._positive(fn, "eps_high", eps_high, strict=False)
+        # geo_mean's scalar is torch.mean over the rows (core_algos.py:2000): per_row runs it on each row alone
+        return {**self._loss_params("geo_mean", {"clip_ratio": low, "clip_ratio_low": low, "clip_ratio_high": high}),
+                "per_row": True}
+
+    def gmpo_token_loss(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, eps_low: float = 0.4,
+                        eps_high: float = 0.4) -> np.ndarray:
+        return self._policy("gmpo_token_loss", self._gmpo_params(eps_low, eps_high), logp, old_logp, advantages, mask)
+
+    def gmpo_token_loss_grad(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, upstream: Any, *, eps_low: float = 0.4,
+                             eps_high: float = 0.4) -> np.ndarray:
+        return self._policy("gmpo_token_loss", self._gmpo_params(eps_low, eps_high), logp, old_logp, advantages, mask, upstream)
+
+    def _dppo_params(self, divergence: str, delta_low: float, delta_high: float, ratio_cap: float | None,
+                     log_ratio_clamp: float | None) -> dict[str, Any]:
+        fn = "dppo_token_loss"
+        self._choice(fn, "divergence", divergence, ("tv", "kl"))
+        low = self._positive(fn, "delta_low", delta_low, strict=False)
+        high = self._positive(fn, "delta_high", delta_high, strict=False)
+        if ratio_cap is not None:
+            self._positive(fn, "ratio_cap", ratio_cap)
+        where = "core_algos.py:1420" if divergence == "tv" else "core_algos.py:1501"
+        self._clamp_setting(fn, log_ratio_clamp, where)
+        if ratio_cap is None:
+            raise NotImplementedError("verl always truncates DPPO's weight: clamp(ratio, max=clip_ratio_c) "
+                                      f"(core_algos.py:{'1427-1428' if divergence == 'tv' else '1508-1509'}), "
+                                      "ActorConfig.clip_ratio_c = 3.0 (workers/config/actor.py:163)")
+        config = {"clip_ratio": low, "clip_ratio_low": low, "clip_ratio_high": high, "clip_ratio_c": float(ratio_cap)}
+        return self._loss_params(f"dppo_{divergence}", config)
+
+    def dppo_token_loss(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, divergence: str = "tv",
+                        delta_low: float = 0.2, delta_high: float = 0.2, ratio_cap: float | None = None,
+                        log_ratio_clamp: float | None = None) -> np.ndarray:
+        return self._policy("dppo_token_loss", self._dppo_params(divergence, delta_low, delta_high, ratio_cap, log_ratio_clamp),
+                            logp, old_logp, advantages, mask)
+
+    def dppo_token_loss_grad(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, upstream: Any, *, divergence: str = "tv",
+                             delta_low: float = 0.2, delta_high: float = 0.2, ratio_cap: float | None = None,
+                             log_ratio_clamp: float | None = None) -> np.ndarray:
+        return self._policy("dppo_token_loss", self._dppo_params(divergence, delta_low, delta_high, ratio_cap, log_ratio_clamp),
+                            logp, old_logp, advantages, mask, upstream)
+
+    def _dro_params(self, beta: float) -> dict[str, Any]:
+        if beta is None:
+            raise io.fail("dro_token_loss", "beta", "expected a finite number > 0, got None")
+        b = self._positive("dro_token_loss", "beta", beta)
+        return {**self._loss_params("dro", {}), "policy_loss": {"dro_beta": b}}  # PolicyLossConfig.dro_beta, actor.py:100
+
+    def dro_token_loss(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, beta: float) -> np.ndarray:
+        return self._policy("dro_token_loss", self._dro_params(beta), logp, old_logp, advantages, mask)
+
+    def dro_token_loss_grad(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, upstream: Any, *, beta: float) -> np.ndarray:
+        return self._policy("dro_token_loss", self._dro_params(beta), logp, old_logp, advantages, mask, upstream)
 
     def _value_params(self, clip: float | None) -> dict[str, Any]:
         return {"cliprange_value": float("inf") if clip is None else float(clip), "loss_agg_mode": "token-mean"}

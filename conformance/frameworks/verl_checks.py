@@ -3,7 +3,10 @@ info, with verl's local fallback, and split over two data-parallel ranks), the a
 (vanilla, GSPO, CISPO) and value loss (value and gradient w.r.t. the log-probs / values), GRPO with and
 without std scaling, the vectorised estimators, every ``kl_penalty`` name and GAE's whitened output;
 for spec v1.1, the k1 rejection bounds read as verl documents them and the rollout-corrected policy
-losses of verl's decoupled and bypass modes.
+losses of verl's decoupled and bypass modes; for the spec v1.1 policy losses of 2025-26, every
+registered ``sapo``, ``geo_mean`` (GMPO), ``dppo_tv``, ``dppo_kl``, ``dro`` and ``gpg`` loss under each
+``loss_agg_mode`` (``sapo`` and ``geo_mean`` reduce the same way whatever the mode), and ``clip_cov`` /
+``kl_cov`` as "not implemented" rows naming the spec quantity they lack.
 
 Entry point: ``extra_rows(adapter, seed) -> list[RowResult]`` (``adapter`` is a
 ``conformance.adapters.verl_adapter.VerlAdapter``). Row ids look like ``verl.agg_loss[seq-mean-token-mean,local]``,
@@ -21,7 +24,8 @@ gradient decides the row: canonical (``pass``), a named preset or variant (``pre
 Sources: verl 0.9.1, ``verl/trainer/ppo/core_algos.py`` (``agg_loss`` :1140, ``compute_policy_loss_vanilla``
 :1286, ``_gspo`` :1546, ``_cispo`` :2048, ``compute_value_loss`` :2125, ``kl_penalty`` :2188, GRPO :268/:335,
 RLOO :588/:834, GAE :216, ``compute_policy_loss_reinforce`` :2333, ``compute_policy_loss_bypass_mode``
-:2413); ``verl/workers/utils/losses.py:57-112`` (the global batch info the engine sets, the IS weights it
+:2413, ``_dppo_tv`` :1379, ``_dppo_kl`` :1460, ``_sapo`` :1622, ``_gpg`` :1707, ``_clip_cov`` :1743, ``_kl_cov`` :1848,
+``_geo_mean`` :1928, ``_dro`` :2014); ``verl/workers/utils/losses.py:57-112`` (the global batch info the engine sets, the IS weights it
 passes); ``verl/trainer/ppo/rollout_corr_helper.py`` (``compute_rollout_rejection_mask`` :197,
 ``compute_rollout_correction_weights`` :522, ``compute_rollout_correction_and_rejection_mask`` :786,
 ``compute_rollout_correction_and_add_to_batch`` :1013); ``verl/trainer/config/algorithm.py``
@@ -222,6 +226,148 @@ def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
         value_row(adapter, seed, "seq-mean-token-mean", 0.5, {}),
         value_row(adapter, seed, "token-mean", 0.2, {"clip": 0.2}),
     ]
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1: the policy losses of 2025-26 registered in core_algos.py
+# ---------------------------------------------------------------------------------------------
+
+# loss_mode -> (spec function, spec id, spec keywords the loss_mode itself asks for)
+MODERN = {
+    "sapo": ("sapo_token_loss", "loss.sapo", {}),  # :1622-1704
+    "geo_mean": ("gmpo_token_loss", "loss.gmpo", {}),  # :1928-2011
+    "dppo_tv": ("dppo_token_loss", "loss.dppo", {}),  # :1379-1457
+    "dppo_kl": ("dppo_token_loss", "loss.dppo", {"divergence": "kl"}),  # :1460-1542
+    "dro": ("dro_token_loss", "loss.dro", {}),  # :2014-2044
+    "gpg": ("pg_token_loss", "loss.pg", {}),  # :1707-1740
+}
+# losses that reduce the same way whatever loss_agg_mode: (the reduction, where)
+HARD_CODED = {
+    "sapo": ("seq_mean_token_mean", "agg_loss(loss_agg_mode='seq-mean-token-mean'), core_algos.py:1688-1690"),
+    "geo_mean": ("seq_mean_token_mean", "torch.mean over the rows, core_algos.py:2000"),
+}
+# GMPO's log-space clip bounds (+-0.2 verl's, +-0.4 the paper's) join the PPO kinks
+MODERN_KINKS = KINKS + (-0.4, -0.2, 0.2, 0.4)
+
+
+def _modern_piece(function: str, lp: np.ndarray, b: dict[str, np.ndarray], **kw: Any) -> Piece:
+    if function == "pg_token_loss":  # no old_logp
+        A, m = b["advantages"], b["mask"]
+        return Piece(oracle.pg_token_loss(lp, A, m), lambda u: oracle.pg_token_loss_grad(lp, A, m, u))
+    return policy_piece(function, lp, b, **kw)
+
+
+def _cap_decides(b: dict[str, np.ndarray], asked: dict[str, Any], preset: dict[str, Any]) -> bool:
+    """DPPO: when the preset's ``ratio_cap`` differs from the one asked, some kept token has a ratio above
+    it (so the row tells the two apart on every seed)."""
+    if asked.get("ratio_cap") == preset.get("ratio_cap"):
+        return True
+    m, A = b["mask"], broadcast_advantages(b)
+    keep = oracle.dppo_token_loss_grad(b["logp"], b["old_logp"], A, m, np.ones(m.shape), **asked) != 0
+    return bool((keep & (np.exp(b["logp"] - b["old_logp"]) > preset["ratio_cap"])).any())
+
+
+def _modern_batch(seed: int, function: str, asked: dict[str, Any], preset: dict[str, Any],
+                  per_token_advantages: bool) -> dict[str, np.ndarray]:
+    """The seeded loss batch (float32-rounded), redrawn until every keep decision and clip of ``function``
+    under the keywords asked and verl's preset is off its bound (the registry's conditioning) and, for
+    DPPO, verl's weight cap binds on some kept token."""
+    cond = BY_FUNCTION[function].well_conditioned
+
+    def accept(b: dict[str, np.ndarray]) -> bool:
+        args = {"logp": b["logp"], "old_logp": b["old_logp"], "mask": b["mask"]}
+        if cond is not None and not all(cond(args, kw) for kw in (asked, preset)):
+            return False
+        return function != "dppo_token_loss" or _cap_decides(b, asked, preset)
+
+    return _conditioned(lambda s: round_batch(loss_batch(s, per_token_advantages=per_token_advantages, kinks=MODERN_KINKS), DTYPE),
+                        accept, seed)
+
+
+def modern_policy_row(adapter: Any, seed: int, name: str, mode: str, *, config: dict[str, Any] | None = None,
+                      policy_loss: dict[str, Any] | None = None, asked: dict[str, Any] | None = None,
+                      per_token_advantages: bool = False) -> RowResult:
+    """verl's registered ``name`` (``get_policy_loss_fn``) with ``ActorConfig(**config)``,
+    ``PolicyLossConfig(**policy_loss)`` and ``loss_agg_mode=mode`` (global batch info as the engine sets
+    it): value and gradient w.r.t. ``log_prob`` against ``aggregate(<spec token loss>(asked), mode)``
+    (``pass``), the same with verl's preset keywords (``preset``), and, for the losses that ignore
+    ``loss_agg_mode`` (``HARD_CODED``), the preset token loss under verl's fixed reduction (``preset``)."""
+    config, policy_loss = dict(config or {}), dict(policy_loss or {})
+    function, spec_id, implied = MODERN[name]
+    asked = {**implied, **(asked or {})}
+    preset = {**oracle.presets.preset_kwargs("verl", function), **asked}
+    batch = _modern_batch(seed, function, asked, preset, per_token_advantages)
+    m = batch["mask"]
+    kw, agg = _global(mode, m, True)
+
+    def got() -> dict[str, Any]:
+        arrays = _arrays(batch, {"old_log_prob": "old_logp", "log_prob": "logp"})
+        arrays["advantages"] = broadcast_advantages(batch).astype(np.float32)
+        arrays["response_mask"] = _mask(batch)
+        params = {"name": name, "loss_agg_mode": mode, "config": config, "global_batch_info": kw}
+        if policy_loss:
+            params["policy_loss"] = policy_loss
+        r = adapter.call("policy_loss", arrays, params, wrt=["log_prob"], upstream={"loss": 1.0})
+        return {"value": r["outputs"]["loss"], "grad[logp]": r["grads"]["log_prob"]}
+
+    def ev(kwargs: dict[str, Any], agg: dict[str, Any]) -> Any:
+        return lambda: compose(_modern_piece(function, batch["logp"], batch, **kwargs), m, agg, "grad[logp]")
+
+    diff = {k: v for k, v in preset.items() if asked.get(k, object()) != v}
+    cands = [Candidate("canonical", f"aggregate({function}({fmt(asked)}), {fmt(agg)})", ev(asked, agg))]
+    if diff:
+        cands.append(Candidate(fmt(diff), f"aggregate({function}({fmt(preset)}), {fmt(agg)})", ev(preset, agg),
+                               preset="verl", kwargs=diff))
+    if name in HARD_CODED and HARD_CODED[name][0] != agg["mode"]:
+        fixed, where = HARD_CODED[name]
+        hard = {k: v for k, v in agg.items() if k != "norm_length"} | {"mode": fixed}
+        cands.append(Candidate(f"loss_agg_mode={mode!r} ignored: {where}", f"aggregate({function}({fmt(preset)}), {fmt(hard)})",
+                               ev(preset, hard), preset="verl", kwargs={function: diff, "aggregate": {"mode": fixed}}))
+    parts = [name, mode] + [f"{k}={v}" for k, v in {**config, **policy_loss}.items()] + (["A=[B,T]"] if per_token_advantages else [])
+    return composition_row(f"verl.policy_loss[{','.join(parts)}]", f"{spec_id}+agg", f"verl.compute_policy_loss_{name}",
+                           adapter, got, cands, loss_tolerances(DTYPE, spec_id), seed=seed)
+
+
+DRO_BETA = 0.1  # policy_loss.dro_beta has no default (actor.py:100): a value DRO's users pick
+NO_SPEC_QUANTITY = {  # registered losses with no spec quantity yet: "not implemented" rows that say what is missing
+    "clip_cov": ("Clip-Cov (core_algos.py:1743-1845) has no spec quantity: the PPO clip loss max(-A*r, -A*clip(r)) "
+                 "(:1801, :1809, :1832; no dual clip, no log-ratio clamp) with max(1, int(clip_cov_ratio * N)) tokens "
+                 "zeroed (corr = 0, value and gradient, :1818, :1828, :1832), drawn at random (torch.randperm, :1823) "
+                 "among the unclipped valid tokens (:1810, :1816) whose centred covariance "
+                 "(A - mean A) * (logp - mean logp) over the micro-batch (:1812-1814) lies in (clip_cov_lb, clip_cov_ub) "
+                 "(:1819). Missing spec quantity: that covariance-selected (random) token mask; the rest is loss.ppo"),
+    "kl_cov": ("KL-Cov (core_algos.py:1848-1925) has no spec quantity: the unclipped -A*r on every token (:1893), and "
+               "-A*r + ppo_kl_coef * |logp - old_logp| (:1894) on the max(1, int(kl_cov_ratio * N)) valid tokens of "
+               "largest centred covariance (A - mean A) * (logp - mean logp) over the micro-batch (torch.topk, "
+               ":1905-1913). Missing spec quantity: that covariance-ranked token selection with its |log-ratio| "
+               "penalty (and an unclipped ratio loss -A*r, which loss.ppo has no keyword for)"),
+}
+
+
+def modern_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+    rows = []
+    for name in ("sapo", "geo_mean", "dppo_tv", "dppo_kl", "gpg"):  # ActorConfig defaults
+        rows += [modern_policy_row(adapter, seed, name, mode) for mode in MODES]
+    rows += [modern_policy_row(adapter, seed, "dro", mode, policy_loss={"dro_beta": DRO_BETA}, asked={"beta": DRO_BETA})
+             for mode in MODES]
+    rows += [
+        modern_policy_row(adapter, seed, "sapo", "seq-mean-token-mean", config={"tau_pos": 2.0, "tau_neg": 3.0},
+                          asked={"tau_pos": 2.0, "tau_neg": 3.0}),
+        modern_policy_row(adapter, seed, "sapo", "seq-mean-token-mean", per_token_advantages=True),
+        modern_policy_row(adapter, seed, "geo_mean", "seq-mean-token-mean", config={"clip_ratio_low": 0.4, "clip_ratio_high": 0.4},
+                          asked={"eps_low": 0.4, "eps_high": 0.4}),  # the paper's range
+        modern_policy_row(adapter, seed, "geo_mean", "seq-mean-token-mean", per_token_advantages=True),
+        modern_policy_row(adapter, seed, "dppo_tv", "token-mean", config={"clip_ratio_low": 0.05, "clip_ratio_high": 0.5, "clip_ratio_c": 20.0},
+                          asked={"delta_low": 0.05, "delta_high": 0.5, "ratio_cap": 20.0}),
+        modern_policy_row(adapter, seed, "dppo_kl", "token-mean", config={"clip_ratio_low": 0.05, "clip_ratio_high": 0.5, "clip_ratio_c": 20.0},
+                          asked={"delta_low": 0.05, "delta_high": 0.5, "ratio_cap": 20.0}),
+        modern_policy_row(adapter, seed, "dppo_tv", "token-mean", per_token_advantages=True),
+        modern_policy_row(adapter, seed, "dro", "token-mean", policy_loss={"dro_beta": 1.0}, asked={"beta": 1.0},
+                          per_token_advantages=True),
+    ]
+    rows += [not_implemented_row(f"verl.policy_loss[{name}]", "loss.ppo+agg", f"verl.compute_policy_loss_{name}", adapter, why)
+             for name, why in NO_SPEC_QUANTITY.items()]
     return rows
 
 
@@ -647,9 +793,10 @@ def offpolicy_rows(adapter: Any, seed: int) -> list[RowResult]:
 
 def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
     """Every verl-specific row."""
-    return (agg_rows(adapter, seed) + loss_rows(adapter, seed) + kl_rows(adapter, seed) + advantage_rows(adapter, seed)
-            + offpolicy_rows(adapter, seed))
+    return (agg_rows(adapter, seed) + loss_rows(adapter, seed) + modern_loss_rows(adapter, seed) + kl_rows(adapter, seed)
+            + advantage_rows(adapter, seed) + offpolicy_rows(adapter, seed))
 
 
-__all__ = ["extra_rows", "agg_rows", "loss_rows", "kl_rows", "advantage_rows", "offpolicy_rows", "policy_row", "value_row",
-           "dp_row", "k1_bounds_row", "k1_readings", "minimal_k1_batch", "verl_rejection_mask", "MINIMAL_RATIOS"]
+__all__ = ["extra_rows", "agg_rows", "loss_rows", "modern_loss_rows", "modern_policy_row", "kl_rows", "advantage_rows",
+           "offpolicy_rows", "policy_row", "value_row", "dp_row", "k1_bounds_row", "k1_readings", "minimal_k1_batch",
+           "verl_rejection_mask", "MINIMAL_RATIOS", "MODERN", "HARD_CODED", "NO_SPEC_QUANTITY"]

@@ -12,7 +12,7 @@ peer-conventions.md, which match 0.9.1 up to about line 1600):
 |---|---|
 | ``agg_loss`` | ``trainer/ppo/core_algos.py::agg_loss`` (:1140) |
 | ``kl_penalty`` | ``trainer/ppo/core_algos.py::kl_penalty`` (:2188) |
-| ``policy_loss`` | ``core_algos.get_policy_loss_fn(name)``: ``compute_policy_loss_vanilla`` (:1286), ``_gspo`` (:1546), ``_cispo`` (:2048), ``_bypass_mode`` (:2413), with ``workers/config/actor.py::ActorConfig``; with ``rollout_correction`` the IS weights and rejection mask of verl's rollout correction first (see below) |
+| ``policy_loss`` | ``core_algos.get_policy_loss_fn(name)``: ``compute_policy_loss_vanilla`` (:1286), ``_dppo_tv`` (:1379), ``_dppo_kl`` (:1460), ``_gspo`` (:1546), ``_sapo`` (:1622), ``_gpg`` (:1707), ``_geo_mean`` (:1928), ``_dro`` (:2014), ``_cispo`` (:2048), ``_bypass_mode`` (:2413), with ``workers/config/actor.py::ActorConfig`` (``policy_loss``: its ``PolicyLossConfig`` fields, e.g. ``dro_beta``); with ``rollout_correction`` the IS weights and rejection mask of verl's rollout correction first (see below); with ``per_row`` also the loss of each row alone (see below) |
 | ``rollout_correction`` | ``trainer/ppo/rollout_corr_helper.py::compute_rollout_correction_and_rejection_mask`` (:786), which builds ``log_ratio = old - rollout`` (:849) and calls ``compute_rollout_correction_weights`` (:522) and ``compute_rollout_rejection_mask`` (:197) |
 | ``value_loss`` | ``trainer/ppo/core_algos.py::compute_value_loss`` (:2125) |
 | ``advantage`` | ``core_algos.get_adv_estimator_fn(name)``: ``compute_gae_advantage_return`` (:216), ``compute_grpo_outcome_advantage`` (:268), ``compute_grpo_vectorized_outcome_advantage`` (:335), ``compute_rloo_outcome_advantage`` (:588), ``compute_rloo_vectorized_outcome_advantage`` (:834) |
@@ -39,7 +39,11 @@ computes weights and mask itself. In bypass mode the caller passes the rollout l
 The per-token loss of a policy or value loss is the matrix verl hands to ``agg_loss`` (``loss_mat``):
 the op records it by wrapping ``core_algos.agg_loss`` for the duration of the call (the function
 object verl's losses look up at call time), the way the TRL adapter records the fused head's output
-with a forward hook. Nothing of verl is edited or copied.
+with a forward hook. Nothing of verl is edited or copied. ``geo_mean`` (GMPO) never calls ``agg_loss``:
+its scalar is ``torch.mean`` of one loss per row (core_algos.py:2000), so ``per_row=True`` calls the
+same function on each row alone (``[b:b+1]`` slices, the same config) and returns those scalars as
+``per_row`` ``[B]`` and as ``per_token`` = ``per_row[:, None] * response_mask`` (the row's loss at each of
+its tokens, the spec's ``gmpo_token_loss`` layout), differentiable by the worker's autograd.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ import numpy as np
 
 
 def load() -> dict[str, Any]:
-    import torch  # noqa: F401
+    import torch
     import verl
     import verl.trainer.ppo.core_algos as core_algos
     import verl.trainer.ppo.rollout_corr_helper as rollout_corr
@@ -90,13 +94,16 @@ def load() -> dict[str, Any]:
 
     def policy_loss(t: dict[str, Any], *, name: str, loss_agg_mode: str = "token-mean",
                     config: dict[str, Any] | None = None, global_batch_info: dict[str, Any] | None = None,
-                    rollout_correction: dict[str, Any] | None = None) -> dict[str, Any]:
+                    rollout_correction: dict[str, Any] | None = None, policy_loss: dict[str, Any] | None = None,
+                    per_row: bool = False) -> dict[str, Any]:
         extra: dict[str, Any] = {}
+        if policy_loss is not None:  # PolicyLossConfig fields (dro_beta, clip_cov_ratio, ...; actor.py:76-100)
+            extra["policy_loss"] = PolicyLossConfig(loss_mode=name, **policy_loss)
         response_mask, weights = t["response_mask"], None
         if rollout_correction is not None:
             rc = RolloutCorrectionConfig(**rollout_correction)
             if rc.bypass_mode:  # the loss computes weights and mask itself (core_algos.py:2413-2549)
-                extra["policy_loss"] = PolicyLossConfig(loss_mode="bypass_mode", rollout_correction=rc)
+                extra["policy_loss"] = PolicyLossConfig(loss_mode="bypass_mode", rollout_correction=rc, **(policy_loss or {}))
             else:  # decoupled mode: the driver step, then the loss with what it put in the batch
                 batch = DataProto.from_dict(tensors={"old_log_probs": t["old_log_prob"], "rollout_log_probs": t["rollout_log_prob"],
                                                      "response_mask": t["response_mask"]})
@@ -112,11 +119,24 @@ def load() -> dict[str, Any]:
         with record_agg_loss() as seen:
             loss, metrics = fn(old_log_prob=t["old_log_prob"], log_prob=t["log_prob"], advantages=t["advantages"],
                                response_mask=response_mask, loss_agg_mode=loss_agg_mode, config=cfg, **kwargs)
-        out = {"loss": loss, "per_token": seen["loss_mat"],
-               "metrics": {k: float(v) for k, v in metrics.items()},
+        out = {"loss": loss, "metrics": {k: float(v) for k, v in metrics.items()},
                "clip_ratio_c": float(cfg.get("clip_ratio_c", 3.0)),
                "clip_ratio_low": float(cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio),
                "clip_ratio_high": float(cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio)}
+        if "loss_mat" in seen:  # geo_mean never calls agg_loss (torch.mean over rows, core_algos.py:2000)
+            out["per_token"] = seen["loss_mat"]
+        if per_row:
+            # each row's loss alone: the same function on that one row (B = 1). For a loss that is a mean
+            # over rows (geo_mean) this is the row's loss L_b; per_token = L_b at every token of row b.
+            rows = []
+            for b in range(response_mask.shape[0]):
+                kw_b = {} if weights is None else {"rollout_is_weights": weights[b:b + 1]}
+                loss_b, _ = fn(old_log_prob=t["old_log_prob"][b:b + 1], log_prob=t["log_prob"][b:b + 1],
+                               advantages=t["advantages"][b:b + 1], response_mask=response_mask[b:b + 1],
+                               loss_agg_mode=loss_agg_mode, config=cfg, **kw_b)
+                rows.append(loss_b.reshape(()))
+            out["per_row"] = torch.stack(rows) if rows else response_mask.new_zeros((0,))
+            out["per_token"] = out["per_row"][:, None] * response_mask
         if weights is not None:
             out["rollout_is_weights"] = weights
         if rollout_correction is not None:

@@ -57,8 +57,21 @@ def test_missing_trl_is_a_not_installed_row(monkeypatch):
 def test_loss_types_enumerated_from_installed_trl(adapter):
     found = set(adapter.grpo_loss_types())
     assert {"grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo"} <= found
+    # GRPOConfig does not validate loss_type; _compute_loss dispatches on it (grpo_trainer.py:3109-3138,
+    # :3153-3184, "Unknown loss type" otherwise). In trl 1.16.0 the documented and the dispatched sets agree.
+    assert set(adapter.grpo_documented_loss_types()) == set(adapter.grpo_dispatched_loss_types()) == found
     covered = {cfg.loss_type for cfg in trl_checks.loss_configs()}
     assert found <= covered, f"loss types without a configuration: {found - covered}"
+
+
+def test_only_vespo_is_not_expressible(adapter):
+    """Every loss_type TRL offers has a checked (value and gradient) off-policy row except vespo, whose
+    gamma weight phi(w) is no spec quantity: its row names the missing quantity."""
+    assert set(trl_checks.NOT_EXPRESSIBLE) == {"vespo"}
+    assert trl_checks.NOT_EXPRESSIBLE["vespo"].startswith("missing spec quantity vespo_token_loss")
+    checked = {CONFIGS[r].loss_type for r, (status, _) in EXPECTED.items()
+               if status in ("pass", "preset") and not CONFIGS[r].on_policy}
+    assert set(adapter.grpo_loss_types()) - checked == {"vespo"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,10 +153,25 @@ EXPECTED = {  # row id -> (status, matched_kwargs)
     "trl.grpo_loss[dapo,temperature=0.7,beta=0]": ("pass", None),
     "trl.grpo_loss[dapo,entropy_coef=0.01,beta=0]": ("pass", None),
     "trl.grpo_loss[dapo,A=[B,T],beta=0]": ("pass", None),
+    # loss_type="sapo" (grpo_trainer.py:3121-3124): aggregate(sapo_token_loss(tau_pos, tau_neg), mode=
+    # "seq_mean_token_mean") with tau = GRPOConfig.sapo_temperature_pos/neg (1.0/1.05, canonical), reduced
+    # like grpo (:3153-3157); beta > 0 adds k3 times the ratio (the KL preset, as every loss type).
+    # TRL's tau is a float32 tensor (precision only; these runs are float32 throughout).
+    "trl.grpo_loss[sapo,beta=0]": ("pass", None),
+    "trl.grpo_loss[sapo,beta=0.04]": ("preset", KL_PRESET),
+    # the gate on GSPO's s_b (:3086-3088): sapo_token_loss at the row means of logp and old_logp
+    "trl.grpo_loss[sapo,sequence,beta=0]": ("pass", None),
+    "trl.grpo_loss[sapo,sequence,beta=0.04]": ("preset", KL_PRESET_SEQ),
+    "trl.grpo_loss[sapo,sapo_temperature_neg=2.0,sapo_temperature_pos=0.5,beta=0]": ("pass", None),  # tau from the config
+    "trl.grpo_loss[sapo,A=[B,T],beta=0]": ("pass", None),  # tau by the sign of each A_t
+    "trl.grpo_loss[sapo,on_policy,beta=0]": ("pass", None),  # r = 1: value -2A/tau, gradient -A (value now compared)
+    # luspo at the config's default token level (a warning, :916-920): ppo_token_loss + seq_mean_token_sum
+    "trl.grpo_loss[luspo,beta=0]": ("pass", None),
+    # vespo: phi(1) = 1 on-policy, so pg_token_loss (+ the KL preset); off-policy phi(w) (:2972-3018) is
+    # no spec quantity: not implemented, "missing spec quantity vespo_token_loss"
     "trl.grpo_loss[vespo,on_policy,beta=0]": ("pass", None),
-    "trl.grpo_loss[sapo,on_policy,beta=0]": ("not_implemented", None),  # gradient checked, value not a spec quantity
+    "trl.grpo_loss[vespo,on_policy,beta=0.04]": ("preset", KL_PRESET),
     "trl.grpo_loss[vespo,beta=0]": ("not_implemented", None),
-    "trl.grpo_loss[sapo,beta=0]": ("not_implemented", None),
     # Rollout corrections (trl_checks.offpolicy_configs): canonical = aggregate(keep*w*ppo + beta*k3,
     # mask, mode), the KL term unweighted and every valid token in the denominator.
     # token_truncate: w = min(rho, 2) multiplies the PPO token loss, value and gradient (no zero weight,
@@ -181,8 +209,11 @@ def test_grpo_loss_row(adapter, row_id):
         assert row.max_abs_err < 1e-5
     if status == "preset":
         assert row.matched_preset == "trl"
-    if row_id == "trl.grpo_loss[sapo,on_policy,beta=0]":
-        assert "value" not in row.checks and row.checks["grad[hidden]"] == "pass"
+    if status == "not_implemented":
+        assert row.message.startswith(trl_checks.NOT_EXPRESSIBLE[CONFIGS[row_id].loss_type]), row.message
+    if CONFIGS[row_id].loss_type == "sapo":
+        assert row.spec_id.startswith("loss.sapo+"), row.spec_id
+        assert "sapo_token_loss(" in row.message
 
 
 def test_rloo_loss_row(adapter):
@@ -226,6 +257,82 @@ def test_gradient_check_catches_a_detach(adapter):
         hook.remove()
     assert row.status == "fail"
     assert row.checks["value"] == "pass" and row.checks["grad[hidden]"] == "fail"
+
+
+def _sapo_ok(run):
+    result, _ = trl_checks.compare_run(run, trl_checks.compositions(run, on_policy=False)[0])
+    return result.ok
+
+
+def test_sapo_rows_tell_the_gate_apart(adapter, monkeypatch):
+    """The seed-0 sapo batch fails every near miss: tau swapped between the signs, tau not sign-aware
+    (1.0 or 1.05 for both), TRL's reduction replaced by the token mean, and the token gate on the
+    sequence-level run (and vice versa). So the rows pin tau's reading, its sign rule and the reduction."""
+    run = trl_checks.run_loss_config(adapter, trl_checks._cfg("sapo"), seed=0)
+    assert (run["sapo_temperature_pos"], run["sapo_temperature_neg"]) == (1.0, 1.05)  # grpo_config.py:714-729
+    assert _sapo_ok(run)
+    for wrong in ({"sapo_temperature_pos": 1.05, "sapo_temperature_neg": 1.0}, {"sapo_temperature_neg": 1.0},
+                  {"sapo_temperature_pos": 1.05}, {"importance_sampling_level": "sequence"}):
+        assert not _sapo_ok({**run, **wrong}), wrong
+    seq = trl_checks.run_loss_config(adapter, trl_checks._cfg("sapo", importance_sampling_level="sequence"), seed=0)
+    assert _sapo_ok(seq) and not _sapo_ok({**seq, "importance_sampling_level": "token"})
+    monkeypatch.setitem(trl_checks.AGGREGATION, "sapo", "token_mean")
+    assert not _sapo_ok(run)
+    # the batch reaches the gate's saturated tail (r > 5) and both sides of r = 1, for both signs of A
+    m = run["mask"]
+    r = np.exp(run["logp"] - run["old_logp"])[m]
+    A = np.broadcast_to(run["advantages"][:, None], m.shape)[m]
+    assert (r > 5).any() and ((r < 1) & (A > 0)).any() and ((r > 1) & (A < 0)).any() and ((r < 1) & (A < 0)).any()
+
+
+SIGMA = 1 / (1 + math.exp(-1))  # sigma(1)
+
+
+@pytest.mark.parametrize(
+    "advantage, ratio, loss, grad",
+    [  # loss.sapo.md worked values (tau_pos 1, tau_neg 1.05), through GRPOTrainer._compute_loss; one row of
+        # two tokens with the same ratio, so the row's token mean is the token loss and each token's
+        # gradient is half of dL/dlogp
+        (1.0, 1.0, -2.0, -1.0),
+        (-1.0, 1.0, 4 / 1.05 / 2, 1.0),
+        (1.0, 2.0, -4 * SIGMA, -8 * SIGMA * (1 - SIGMA)),
+        (-1.0, 2.0, 4 / 1.05 / (1 + math.exp(-1.05)), 8 * (1 / (1 + math.exp(-1.05))) * (1 - 1 / (1 + math.exp(-1.05)))),
+        (1.0, 0.5, -4 / (1 + math.exp(0.5)), -2 / (1 + math.exp(0.5)) * (1 - 1 / (1 + math.exp(0.5)))),
+    ],
+)
+def test_sapo_worked_example(adapter, advantage, ratio, loss, grad):
+    config = {"loss_type": "sapo", "beta": 0.0}
+    batch = _tiny_batch(adapter, config, advantage=advantage, ratio=[[1.0]])
+    batch["old_per_token_logps"] = batch["old_per_token_logps"] - math.log(ratio)
+    run = adapter.grpo_loss(batch, **config)
+    assert run["loss"] == pytest.approx(loss, rel=1e-5)
+    np.testing.assert_allclose(run["grad_logp"][run["mask"]].numpy(), [grad / 2] * 2, rtol=1e-4)
+
+
+def test_finding_sapo_tau_is_float32(adapter):
+    """grpo_trainer.py:3122 builds tau with torch.where on Python floats: a float32 tensor (torch's
+    default dtype) whatever the advantages' dtype, so tau_neg = 1.05 is 1.0499999523 and float64 inputs
+    are only float32-precise (loss.sapo.md). A precision matter, not a semantic one: the relative error
+    is below float32's epsilon, and the trainer rows here run in float32 anyway."""
+    import inspect
+
+    from trl import GRPOTrainer
+
+    line = "torch.where(advantages > 0, self.args.sapo_temperature_pos, self.args.sapo_temperature_neg)"
+    assert line in inspect.getsource(GRPOTrainer._compute_loss)
+    A = torch.tensor([[1.0, -1.0]], dtype=torch.float64)
+    tau = torch.where(A > 0, 1.0, 1.05)  # the same expression, TRL's defaults
+    assert tau.dtype == torch.float32 and tau[0, 1].item() != 1.05
+    assert abs(tau[0, 1].item() - 1.05) / 1.05 < 2**-24
+
+
+def test_vespo_is_not_pg_off_policy(adapter):
+    """Why vespo's off-policy row is not implemented rather than checked against the nearest spec
+    quantity: off-policy phi(w) != 1, so pg_token_loss (its on-policy composition) does not match."""
+    run = trl_checks.run_loss_config(adapter, trl_checks.LossConfig("vespo"), seed=0)
+    assert trl_checks.compositions(run, on_policy=False) == []
+    pg = trl_checks.compositions(run, on_policy=True)[0]
+    assert not trl_checks.compare_run(run, pg)[0].ok
 
 
 def test_normaliser_is_checked(adapter):

@@ -89,6 +89,22 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     # decoupled mode with token TIS: compute_policy_loss_vanilla against prox times min(e^(prox - behav), cap),
     # value and gradient canonical (the +-20 log-ratio clamps never bind on these cases)
     'decoupled_ppo_token_loss': 'pass',
+    # --- spec v1.1: policy losses of 2025-26 (core_algos.py's registered losses, the per-token matrix) ---
+    # compute_policy_loss_sapo: d clamped to +-20 before exp (:1666): preset verl (log_ratio_clamp=20.0),
+    # decided by the golden vectors sapo_token_loss/log-ratio-clamp and preset-verl; its hard-coded
+    # seq-mean-token-mean (:1688-1690) comes after the matrix the adapter reads
+    'sapo_token_loss': 'preset',
+    # compute_policy_loss_geo_mean run on each row alone (torch.mean of one row, :2000): canonical with
+    # eps -> clip_ratio_low/high; + a float64 precision finding (float32 class): rho and the row advantage
+    # divide by n_b + 1e-8 (:1984, :1987)
+    'gmpo_token_loss': 'pass',
+    # compute_policy_loss_dppo_tv / _kl with ratio_cap -> clip_ratio_c: canonical on every case it offers;
+    # also 'partial': ratio_cap=None is "not implemented" (verl always truncates the weight, :1427-1428,
+    # :1508-1509). The +-20 clamp (:1420, :1501) never changes a value here: the golden preset-verl vector
+    # has |d| < 20, and with a finite ratio_cap only d < -20 could tell (a weight below e^-20)
+    'dppo_token_loss': 'pass',
+    # compute_policy_loss_dro with beta -> policy_loss.dro_beta: canonical
+    'dro_token_loss': 'pass',
 }
 
 EXTRA = {  # row id -> (status, matched preset)
@@ -123,6 +139,60 @@ EXTRA = {  # row id -> (status, matched preset)
     'verl.compute_value_loss[cliprange_value=0.5,token-mean]': ('preset', 'verl'),
     'verl.compute_value_loss[cliprange_value=0.5,seq-mean-token-mean]': ('preset', 'verl'),
     'verl.compute_value_loss[cliprange_value=0.2,token-mean]': ('pass', None),
+    # --- spec v1.1: policy losses of 2025-26 (verl_checks.modern_loss_rows), ActorConfig defaults ---
+    # sapo reduces seq-mean-token-mean whatever loss_agg_mode (:1688-1690): the other four modes match the
+    # preset verl token loss under that reduction ("loss_agg_mode ... ignored"); canonical under its own
+    # mode (the +-20 clamp never binds on this batch)
+    'verl.policy_loss[sapo,token-mean]': ('preset', 'verl'),
+    'verl.policy_loss[sapo,seq-mean-token-mean]': ('pass', None),
+    'verl.policy_loss[sapo,seq-mean-token-sum]': ('preset', 'verl'),
+    'verl.policy_loss[sapo,seq-mean-token-sum-norm]': ('preset', 'verl'),
+    'verl.policy_loss[sapo,token-sum]': ('preset', 'verl'),
+    # geo_mean (GMPO): torch.mean over the rows whatever loss_agg_mode (:2000) = aggregate(mode=
+    # 'seq_mean_token_mean') of gmpo_token_loss at ActorConfig's 0.2/0.2 (the paper's 0.4 is canonical):
+    # preset verl under every mode (7 tokens of this batch are on a clipped branch)
+    'verl.policy_loss[geo_mean,token-mean]': ('preset', 'verl'),
+    'verl.policy_loss[geo_mean,seq-mean-token-mean]': ('preset', 'verl'),
+    'verl.policy_loss[geo_mean,seq-mean-token-sum]': ('preset', 'verl'),
+    'verl.policy_loss[geo_mean,seq-mean-token-sum-norm]': ('preset', 'verl'),
+    'verl.policy_loss[geo_mean,token-sum]': ('preset', 'verl'),
+    # dppo_tv / dppo_kl through agg_loss: ActorConfig's clip_ratio_c = 3.0 truncates the weight
+    # (ratio_cap=3.0; 5 kept tokens with r > 3), preset verl under every mode (5 / 3 tokens dropped)
+    'verl.policy_loss[dppo_tv,token-mean]': ('preset', 'verl'),
+    'verl.policy_loss[dppo_tv,seq-mean-token-mean]': ('preset', 'verl'),
+    'verl.policy_loss[dppo_tv,seq-mean-token-sum]': ('preset', 'verl'),
+    'verl.policy_loss[dppo_tv,seq-mean-token-sum-norm]': ('preset', 'verl'),
+    'verl.policy_loss[dppo_tv,token-sum]': ('preset', 'verl'),
+    'verl.policy_loss[dppo_kl,token-mean]': ('preset', 'verl'),
+    'verl.policy_loss[dppo_kl,seq-mean-token-mean]': ('preset', 'verl'),
+    'verl.policy_loss[dppo_kl,seq-mean-token-sum]': ('preset', 'verl'),
+    'verl.policy_loss[dppo_kl,seq-mean-token-sum-norm]': ('preset', 'verl'),
+    'verl.policy_loss[dppo_kl,token-sum]': ('preset', 'verl'),
+    # gpg = aggregate(pg_token_loss) under each mode: canonical
+    'verl.policy_loss[gpg,token-mean]': ('pass', None),
+    'verl.policy_loss[gpg,seq-mean-token-mean]': ('pass', None),
+    'verl.policy_loss[gpg,seq-mean-token-sum]': ('pass', None),
+    'verl.policy_loss[gpg,seq-mean-token-sum-norm]': ('pass', None),
+    'verl.policy_loss[gpg,token-sum]': ('pass', None),
+    # dro = aggregate(dro_token_loss(beta=dro_beta)) under each mode: canonical
+    'verl.policy_loss[dro,token-mean,dro_beta=0.1]': ('pass', None),
+    'verl.policy_loss[dro,seq-mean-token-mean,dro_beta=0.1]': ('pass', None),
+    'verl.policy_loss[dro,seq-mean-token-sum,dro_beta=0.1]': ('pass', None),
+    'verl.policy_loss[dro,seq-mean-token-sum-norm,dro_beta=0.1]': ('pass', None),
+    'verl.policy_loss[dro,token-sum,dro_beta=0.1]': ('pass', None),
+    # the keyword translations: tau -> ActorConfig.tau_pos/neg, the paper's GMPO range 0.4, DPPO's deltas
+    # and a cap of 20 (above every ratio of the batch): canonical; per-token advantages as with [B] ones
+    'verl.policy_loss[sapo,seq-mean-token-mean,tau_pos=2.0,tau_neg=3.0]': ('pass', None),
+    'verl.policy_loss[sapo,seq-mean-token-mean,A=[B,T]]': ('pass', None),
+    'verl.policy_loss[geo_mean,seq-mean-token-mean,clip_ratio_low=0.4,clip_ratio_high=0.4]': ('pass', None),
+    'verl.policy_loss[geo_mean,seq-mean-token-mean,A=[B,T]]': ('preset', 'verl'),
+    'verl.policy_loss[dppo_tv,token-mean,clip_ratio_low=0.05,clip_ratio_high=0.5,clip_ratio_c=20.0]': ('pass', None),
+    'verl.policy_loss[dppo_kl,token-mean,clip_ratio_low=0.05,clip_ratio_high=0.5,clip_ratio_c=20.0]': ('pass', None),
+    'verl.policy_loss[dppo_tv,token-mean,A=[B,T]]': ('preset', 'verl'),
+    'verl.policy_loss[dro,token-mean,dro_beta=1.0,A=[B,T]]': ('pass', None),
+    # registered losses with no spec quantity yet: "not implemented", the message names what is missing
+    'verl.policy_loss[clip_cov]': ('not_implemented', None),
+    'verl.policy_loss[kl_cov]': ('not_implemented', None),
     'verl.kl_penalty[kl]': ('pass', None),
     'verl.kl_penalty[k1]': ('pass', None),
     'verl.kl_penalty[mse]': ('pass', None),
@@ -396,3 +466,178 @@ def test_finding_batch_normalize_mean_has_an_epsilon(adapter):
     np.testing.assert_allclose(got, spec * (1 + 1e-8 / 2), rtol=1e-13)
     assert not np.allclose(got, spec, rtol=1e-9, atol=0)
     assert "1e-8" in adapter.precision_notes["rollout_is_weights"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1: the policy losses of 2025-26 (sapo, geo_mean, dppo_tv/_kl, dro, gpg; clip_cov, kl_cov)
+# ---------------------------------------------------------------------------------------------
+
+
+def _one_row(d, A, logp=None):
+    """One row [0, d_1, ..., d_n] (column 0 masked): logp (default -1 per token), old = logp - d, A [1]."""
+    d = np.asarray(d, dtype=np.float64)
+    lp = np.concatenate([[0.0], np.full(d.shape, -1.0) if logp is None else np.asarray(logp, dtype=np.float64)])[None]
+    old = lp - np.concatenate([[0.0], d])[None]
+    m = np.zeros(lp.shape, dtype=bool)
+    m[0, 1:] = True
+    return lp, old, np.array([float(A)]), m
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("r, A, loss, grad", [
+    (1.0, 1.0, -2.0, -1.0), (1.0, -1.0, 4 / 1.05 / 2, 1.0), (2.0, -1.0, 2.822000, 1.536220),
+    (0.5, 1.0, -1.510163, -0.470007), (math.exp(25.0), 1.0, -4.0, 0.0),  # the last: verl's clamp at 20 binds
+])
+def test_sapo_worked_values(adapter, r, A, loss, grad):
+    """loss.sapo.md's worked values through compute_policy_loss_sapo's per-token matrix (tau 1.0/1.05 =
+    ActorConfig's, actor.py:167-168), with verl's autograd gradient."""
+    lp, old, adv, m = _one_row([math.log(r)], A)
+    np.testing.assert_allclose(adapter.sapo_token_loss(lp, old, adv, m)[0, 1], loss, atol=1e-6)
+    np.testing.assert_allclose(adapter.sapo_token_loss_grad(lp, old, adv, m, np.ones_like(lp))[0, 1], grad, atol=1e-6)
+
+
+@pytest.mark.frameworks
+def test_finding_sapo_ignores_loss_agg_mode(adapter):
+    """compute_policy_loss_sapo always reduces seq-mean-token-mean (core_algos.py:1688-1690), whatever
+    loss_agg_mode. Minimal reproduction: on-policy (L = -2A/tau), a row of 1 token with A = +1 (L = -2) and
+    a row of 3 tokens with A = -1 (L = 2/1.05 = 1.905 each): token-mean, seq-mean-token-mean and token-sum
+    all give the mean of the row means (-2 + 1.905)/2 = -0.0476; aggregate(mode="token_mean") of the same
+    token losses is (-2 + 3 * 1.905)/4 = 0.929 (token_sum 3.714)."""
+    m = np.array([[False, True, False, False], [False, True, True, True]])
+    lp = np.full(m.shape, -1.0)
+    arrays = {"old_log_prob": lp, "log_prob": lp, "advantages": np.array([[1.0] * 4, [-1.0] * 4]), "response_mask": m.astype(np.float64)}
+    losses = {mode: float(adapter.call("policy_loss", arrays, {"name": "sapo", "loss_agg_mode": mode})["outputs"]["loss"])
+              for mode in ("token-mean", "seq-mean-token-mean", "token-sum")}
+    row_means = (-2.0 + 2 / 1.05) / 2
+    for mode, value in losses.items():
+        assert value == pytest.approx(row_means, rel=1e-6), mode
+    tok = oracle.aggregate(oracle.sapo_token_loss(lp, lp, np.array([1.0, -1.0]), m), m, mode="token_mean")
+    assert tok == pytest.approx((-2.0 + 3 * 2 / 1.05) / 4) and abs(tok - row_means) > 0.9
+
+
+@pytest.mark.frameworks
+def test_gmpo_worked_values_and_per_row(adapter):
+    """loss.gmpo.md's worked values (eps 0.4, two tokens, upstream 1): the adapter runs compute_policy_loss_
+    geo_mean on each row alone, so every valid token carries the row's -A*rho and the gradient is verl's
+    autograd gradient of the row's loss times the row's upstream sum. verl divides by n_b + 1e-8
+    (core_algos.py:1984, :1987): a relative 1e-8/n_b, the float64 precision note."""
+    for d, A, loss, grad in (([0.1, 0.3], 1.0, -math.exp(0.2), [-math.exp(0.2)] * 2),
+                             ([0.1, 0.6], 1.0, -math.exp(0.25), [-math.exp(0.25), 0.0]),
+                             ([-0.6, 0.2], -1.0, math.exp(-0.1), [0.0, math.exp(-0.1)])):
+        lp, old, adv, m = _one_row(d, A)
+        np.testing.assert_allclose(adapter.gmpo_token_loss(lp, old, adv, m)[0, 1:], [loss, loss], rtol=1e-7)
+        np.testing.assert_allclose(adapter.gmpo_token_loss_grad(lp, old, adv, m, np.ones_like(lp))[0, 1:], grad, rtol=1e-7, atol=1e-12)
+    # two rows at once: each its own rho (the batch call would return their mean), masked tokens never read
+    m = np.array([[False, True, True], [False, True, False]])
+    lp = np.where(m, -1.0, np.nan)
+    old = lp - np.array([[0.0, 0.1, 0.3], [0.0, 0.6, 0.0]])
+    A = np.array([1.0, -2.0])
+    u = np.array([[0.0, 1.0, 2.0], [0.0, -1.0, 0.0]])
+    np.testing.assert_allclose(adapter.gmpo_token_loss(lp, old, A, m), oracle.gmpo_token_loss(lp, old, A, m), rtol=1e-7)
+    np.testing.assert_allclose(adapter.gmpo_token_loss_grad(lp, old, A, m, u), oracle.gmpo_token_loss_grad(lp, old, A, m, u), rtol=1e-7)
+    assert "1e-8" in adapter.precision_notes["gmpo_token_loss"]
+
+
+@pytest.mark.frameworks
+def test_finding_geo_mean_is_a_row_mean_at_eps_0_2(adapter):
+    """compute_policy_loss_geo_mean's scalar is torch.mean over the rows whatever loss_agg_mode
+    (core_algos.py:2000), and ActorConfig's clip range is 0.2/0.2 (actor.py:158-160), not the paper's
+    0.4 (the verl preset). Minimal reproduction: one row d = [0.1, 0.3], A = +1: verl -e^{(0.1+0.2)/2}
+    = -1.1618 (0.3 clipped at 0.2), canonical -e^{0.2} = -1.2214; a second, empty row halves it under
+    every mode (the row mean counts it, as seq_mean_token_mean does)."""
+    lp, old, A, m = _one_row([0.1, 0.3], 1.0)
+    lp2, old2, m2 = np.vstack([lp, lp]), np.vstack([old, old]), np.vstack([m, np.zeros_like(m)])
+    arrays = {"old_log_prob": old2, "log_prob": lp2, "advantages": np.ones_like(lp2), "response_mask": m2.astype(np.float64)}
+    for mode in ("token-mean", "seq-mean-token-mean", "token-sum"):
+        loss = float(adapter.call("policy_loss", arrays, {"name": "geo_mean", "loss_agg_mode": mode})["outputs"]["loss"])
+        assert loss == pytest.approx(-math.exp(0.15) / 2, rel=1e-7), mode
+    preset = oracle.presets.preset_kwargs("verl", "gmpo_token_loss")
+    assert preset == {"eps_low": 0.2, "eps_high": 0.2}
+    assert oracle.gmpo_token_loss(lp, old, A, m, **preset)[0, 1] == pytest.approx(-math.exp(0.15))
+    assert oracle.gmpo_token_loss(lp, old, A, m)[0, 1] == pytest.approx(-math.exp(0.2))
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("divergence, p, A, kw, loss, grad", [
+    ("tv", 0.6, 1.0, {}, 0.612991, -1.2),
+    ("tv", 0.8, 1.0, {}, 0.0, 0.0),  # p - p_old = 0.3 > 0.2: dropped
+    ("tv", 0.8, -1.0, {"ratio_cap": 1.5}, -0.334715, 1.5),
+    ("tv", 0.2, -1.0, {}, 0.0, 0.0),
+    ("kl", 0.8, 1.0, {}, 0.0, 0.0),  # binary KL log 1.25 = 0.223 > 0.2
+    ("kl", 0.8, 1.0, {"delta_high": 0.25}, 0.357030, -1.6),
+    ("kl", 0.8, -1.0, {}, -0.357030, 1.6),
+])
+def test_dppo_worked_values(adapter, divergence, p, A, kw, loss, grad):
+    """loss.dppo.md's worked values (p_old = 0.5) through compute_policy_loss_dppo_tv / _kl: delta ->
+    clip_ratio_low/high, ratio_cap -> clip_ratio_c (20 where the table has no cap: above every ratio)."""
+    kw = {"ratio_cap": 20.0, **kw}
+    lp, old, adv, m = _one_row([math.log(p / 0.5)], A, logp=[math.log(p)])
+    np.testing.assert_allclose(adapter.dppo_token_loss(lp, old, adv, m, divergence=divergence, **kw)[0, 1], loss, atol=1e-6)
+    g = adapter.dppo_token_loss_grad(lp, old, adv, m, np.ones_like(lp), divergence=divergence, **kw)
+    np.testing.assert_allclose(g[0, 1], grad, atol=1e-6)
+
+
+@pytest.mark.frameworks
+def test_finding_dppo_weight_is_truncated_at_the_dual_clip_constant(adapter):
+    """compute_policy_loss_dppo_tv truncates its weight at config.get("clip_ratio_c", 20.0) (core_algos.py:
+    1427-1428), and ActorConfig has clip_ratio_c = 3.0 (actor.py:163, vanilla PPO's dual-clip constant), so
+    the 20.0 is never used: the verl preset is ratio_cap=3.0. Minimal reproduction: p_old = 0.1, p = 0.4
+    (r = 4, kept: p - p_old = 0.3 with A = -1), default config: verl's loss is 3 * log 0.4 = -2.749, the
+    spec's (no cap) 4 * log 0.4 = -3.665."""
+    lp, old, A, m = _one_row([math.log(4.0)], -1.0, logp=[math.log(0.4)])
+    arrays = {"old_log_prob": old, "log_prob": lp, "advantages": np.array([[-1.0, -1.0]]), "response_mask": m.astype(np.float64)}
+    out = adapter.call("policy_loss", arrays, {"name": "dppo_tv", "loss_agg_mode": "token-sum"})["outputs"]
+    assert out["clip_ratio_c"] == 3.0
+    assert float(out["loss"]) == pytest.approx(3.0 * math.log(0.4), rel=1e-9)
+    assert oracle.dppo_token_loss(lp, old, A, m)[0, 1] == pytest.approx(4.0 * math.log(0.4))
+    assert oracle.dppo_token_loss(lp, old, A, m, **oracle.presets.preset_kwargs("verl", "dppo_token_loss"))[0, 1] == pytest.approx(3.0 * math.log(0.4))
+
+
+@pytest.mark.frameworks
+def test_dro_worked_values(adapter):
+    """loss.dro.md's worked values through compute_policy_loss_dro with beta -> policy_loss.dro_beta."""
+    for logp, old, A, beta, loss, grad in ((-1.0, -1.4, 1.0, 0.5, 1.04, -0.8), (-1.0, -1.4, -1.0, 0.5, -0.96, 1.2),
+                                           (-2.5, -0.5, 0.0, 0.1, 0.2, -0.2), (-0.5, -0.5, 2.0, 1.0, 1.0, -2.0)):
+        lp, o, adv, m = _one_row([logp - old], A, logp=[logp])
+        np.testing.assert_allclose(adapter.dro_token_loss(lp, o, adv, m, beta=beta)[0, 1], loss, atol=1e-12)
+        np.testing.assert_allclose(adapter.dro_token_loss_grad(lp, o, adv, m, np.ones_like(lp), beta=beta)[0, 1], grad, atol=1e-12)
+    with pytest.raises(ValueError, match="dro_token_loss: beta"):
+        adapter.dro_token_loss(lp, o, adv, m, beta=0.0)
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize("function, kwargs", [
+    ("dppo_token_loss", {}),  # ratio_cap=None: verl always truncates
+    ("dppo_token_loss", {"divergence": "kl"}),
+    ("dppo_token_loss", {"ratio_cap": 3.0, "log_ratio_clamp": 10.0}),
+    ("sapo_token_loss", {"log_ratio_clamp": 10.0}),
+])
+def test_inexpressible_loss_keywords_are_not_implemented(adapter, function, kwargs):
+    lp, old, A, m = _one_row([0.1, -0.2], 1.0)
+    with pytest.raises(NotImplementedError):
+        getattr(adapter, function)(lp, old, A, m, **kwargs)
+    # the clamp verl applies is accepted under both names: None (canonical, the preset names it) and 20
+    ok = {"ratio_cap": 3.0} if function == "dppo_token_loss" else {}
+    np.testing.assert_array_equal(getattr(adapter, function)(lp, old, A, m, **ok),
+                                  getattr(adapter, function)(lp, old, A, m, **ok, log_ratio_clamp=20.0))
+
+
+@pytest.mark.frameworks
+def test_registered_losses_without_a_spec_quantity_say_what_is_missing(extra):
+    for name, words in (("clip_cov", "covariance-selected (random) token mask"), ("kl_cov", "covariance-ranked token selection")):
+        row = extra[f"verl.policy_loss[{name}]"]
+        assert row.status == "not_implemented" and "Missing spec quantity" in row.message and words in row.message, row.message
+
+
+@pytest.mark.frameworks
+def test_finding_gmpo_row_sum_epsilon_is_a_precision_finding(adapter):
+    """The core gmpo_token_loss row is canonical, with a float64 precision finding (float32 class): verl's
+    n_b + 1e-8 (core_algos.py:1984, :1987) is a relative 1e-8/n_b, printed with the adapter's note."""
+    from conformance.commands.check import golden_cases
+    from conformance.registry import BY_FUNCTION
+    from conformance.suite import check_row, seeds_for
+
+    record = BY_FUNCTION["gmpo_token_loss"]
+    row = check_row(record, adapter, seeds=seeds_for("gmpo_token_loss", 0, 8), golden=golden_cases(record))
+    assert row.status == "pass", row.message
+    assert [(f["dtype"], f["meets"]) for f in row.precision_findings] == [("float64", "float32")], row.precision_findings
