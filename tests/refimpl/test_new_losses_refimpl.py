@@ -17,27 +17,9 @@ import torch
 import refimpl
 from refimpl import dppo_token_loss, dro_token_loss, gmpo_token_loss, sapo_token_loss
 
-B, T = 4, 6
-POISON = (float("nan"), float("inf"), float("-inf"), 1e30)
+from tests.refimpl.small_batch import MASK, POISON, B, T, tok  # noqa: E402
+
 F64 = torch.float64
-
-
-def make_mask() -> torch.Tensor:
-    m = torch.zeros(B, T, dtype=torch.bool)
-    m[0, 1:5] = True
-    m[1, 2:] = True
-    m[2, 1:4] = True
-    m[2, 2] = False  # a gap
-    # row 3: no valid token
-    return m
-
-
-MASK = make_mask()
-
-
-def tok(seed: int, dtype=torch.float32, scale=0.5, offset=-1.0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return (offset + scale * torch.randn(B, T, generator=g, dtype=F64)).to(dtype)
 
 
 def inputs(dtype=torch.float32) -> dict[str, torch.Tensor]:
