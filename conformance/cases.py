@@ -501,6 +501,20 @@ def case_dppo_token_loss(rng: np.random.Generator) -> Case:
     )
 
 
+def case_vespo_token_loss(rng: np.random.Generator) -> Case:
+    return Case(
+        "vespo_token_loss",
+        _policy_args(rng),
+        {
+            "k_pos": float(rng.choice([2.0, 1.0])),
+            "lambda_pos": float(rng.choice([3.0, 1.5])),
+            "k_neg": float(rng.choice([3.0, 0.5])),
+            "lambda_neg": float(rng.choice([2.0, 4.0])),
+        },
+        grad_args=("logp",),
+    )
+
+
 def case_dro_token_loss(rng: np.random.Generator) -> Case:
     return Case("dro_token_loss", _policy_args(rng), {"beta": float(rng.choice([0.01, 0.1, 1.0]))}, grad_args=("logp",))
 
@@ -654,6 +668,7 @@ GENERATORS: dict[str, Callable[[np.random.Generator], Case]] = {
     "gmpo_token_loss": case_gmpo_token_loss,
     "dppo_token_loss": case_dppo_token_loss,
     "dro_token_loss": case_dro_token_loss,
+    "vespo_token_loss": case_vespo_token_loss,
 }
 
 

@@ -501,6 +501,14 @@ REGISTRY: tuple[QuantityInfo, ...] = (
         question=("beta",),
     ),
     QuantityInfo(
+        "vespo_token_loss",
+        "loss.vespo",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy"),
+        question=("k_pos", "lambda_pos", "k_neg", "lambda_neg"),
+        variants={"log_ratio_clamp": (None, 20.0), "w_min": (None, 1e-8), "w_max": (None, float(np.exp(20.0)))},
+    ),
+    QuantityInfo(
         "corrected_policy_loss",
         "offpolicy.loss",
         grad_args=("logp",),

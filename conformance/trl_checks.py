@@ -34,10 +34,9 @@ tau_neg=sapo_temperature_neg)`` (``grpo_config.py:714-729``), reduced like ``grp
 (``seq_mean_token_mean``, :3153-3157); with ``importance_sampling_level="sequence"`` the gate acts on
 GSPO's s_b (:3086-3088), i.e. ``sapo_token_loss`` at the row means of logp and old_logp
 (``sapo_sequence_piece``). ``luspo`` is ``gspo_token_loss`` (or ``ppo_token_loss`` at the default token
-level) with ``seq_mean_token_sum`` (:3175-3181). ``vespo`` (:3125-3137) needs VESPO's gamma weight
-phi(w) (:2972-3018), which no spec quantity gives: its off-policy row is "not implemented"
-(``NOT_EXPRESSIBLE``, the missing quantity ``vespo_token_loss``); on-policy phi(1) = 1 and it is
-``pg_token_loss``, checked. The installed TRL's loss types are ``adapter.grpo_loss_types()`` (the
+level) with ``seq_mean_token_sum`` (:3175-3181). ``vespo`` (:3125-3137) is ``vespo_token_loss`` with
+GRPOConfig's ``vespo_*`` (its gamma weight phi(w), :2972-3018; TRL's log-ratio clamps are preset trl);
+on-policy phi(1) = 1 and it is ``pg_token_loss``. The installed TRL's loss types are ``adapter.grpo_loss_types()`` (the
 ``GRPOConfig`` help and the branches of ``_compute_loss``); one without a configuration here gets a
 "not implemented" row saying so (``extra_rows``).
 
@@ -269,6 +268,14 @@ def cispo_piece(lp, old, A, m, *, eps_high, bound, eps_low=None) -> Piece:
     return Piece(oracle.cispo_token_loss(lp, old, A, m, **kw), lambda u: oracle.cispo_token_loss_grad(lp, old, A, m, u, **kw))
 
 
+def _kw_text(kw: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in kw.items())
+
+
+def vespo_piece(lp, old, A, m, **kw) -> Piece:
+    return Piece(oracle.vespo_token_loss(lp, old, A, m, **kw), lambda u: oracle.vespo_token_loss_grad(lp, old, A, m, u, **kw))
+
+
 def sapo_piece(lp, old, A, m, *, tau_pos, tau_neg) -> Piece:
     kw = dict(tau_pos=tau_pos, tau_neg=tau_neg)
     return Piece(oracle.sapo_token_loss(lp, old, A, m, **kw), lambda u: oracle.sapo_token_loss_grad(lp, old, A, m, u, **kw))
@@ -413,6 +420,20 @@ def _policy_options(run: dict[str, Any], on_policy: bool) -> list[_Option]:
         # phi(w = 1) = e^(lambda + k*0 - lambda) = 1 (grpo_trainer.py:2972-3018): -sg(phi)*A*logp is pg.
         return [_Option("", None, {}, "pg_token_loss (VESPO's phi(1) = 1 on-policy)", "loss.pg",
                         policy=lambda lp: pg_piece(lp, A, m))]
+    if lt == "vespo" and level == "token":
+        # grpo_trainer.py:2972-3018 (get_gamma_weights) and :3125-3137: -phi(w)*A*logp, (k, lambda) from
+        # GRPOConfig's vespo_* (grpo_config.py:730-760; a run that does not record them has the defaults),
+        # TRL's clamps (token log-ratio +-20, sequence log-ratio [log 1e-8, 20]) as preset trl. Without vLLM
+        # no importance-sampling ratio enters w (:3000-3004).
+        kw = {k: float(run.get(f"vespo_{k}", default))
+              for k, default in (("k_pos", 2.0), ("lambda_pos", 3.0), ("k_neg", 3.0), ("lambda_neg", 2.0))}
+        clamps = dict(oracle.PRESETS["trl"]["vespo_token_loss"])
+        return [
+            _Option("", None, {}, f"vespo_token_loss({_kw_text(kw)})", "loss.vespo",
+                    policy=lambda lp: vespo_piece(lp, old, A, m, **kw)),
+            _Option("TRL's log-ratio clamps", "trl", clamps, f"vespo_token_loss({_kw_text({**kw, **clamps})})",
+                    "loss.vespo", policy=lambda lp: vespo_piece(lp, old, A, m, **kw, **clamps)),
+        ]
     if lt == "sapo":
         # grpo_trainer.py:3121-3124: tau = where(A > 0, sapo_temperature_pos, sapo_temperature_neg)
         # (grpo_config.py:714-729), -sigmoid(tau*(coef_1 - 1))*4/tau*A with coef_1 = exp(d) unclamped
@@ -691,7 +712,7 @@ def loss_configs() -> list[LossConfig]:
         LossConfig("sapo", on_policy=True),  # r = 1: L = -2A/tau, gradient -A
         LossConfig("vespo", on_policy=True),
         LossConfig("vespo", (("beta", BETA),), on_policy=True),
-        LossConfig("vespo"),  # not implemented: NOT_EXPRESSIBLE["vespo"]
+        LossConfig("vespo"),  # vespo_token_loss (loss.vespo)
     ]
     return out + offpolicy_configs()
 
@@ -723,13 +744,7 @@ def offpolicy_configs() -> list[LossConfig]:
     ]
 
 
-NOT_EXPRESSIBLE = {  # loss_type -> why no composition exists off-policy (the on_policy rows check what can be)
-    "vespo": "missing spec quantity vespo_token_loss: VESPO's detached gamma weight "
-    "phi(w) = exp(lambda + k*log w - lambda*w), w = exp(clamp(sum_t m*clamp(d, -20, 20), log 1e-8, 20)) the "
-    "clamped sequence product ratio (times the token IS ratios under vLLM), (k, lambda) = (vespo_k_pos, vespo_lambda_pos) for A >= 0 else "
-    "(vespo_k_neg, vespo_lambda_neg), in -phi(w)*A*logp (grpo_trainer.py:2972-3018, :3125-3137); no spec "
-    "v1/v1.1 function or composition of them gives phi",
-}
+NOT_EXPRESSIBLE: dict[str, str] = {}  # loss_type -> why no composition exists off-policy (none in trl 1.16.0)
 
 
 def run_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> dict[str, Any]:

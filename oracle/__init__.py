@@ -36,6 +36,8 @@ from oracle.policy_losses import (
     dppo_token_loss_grad,
     dro_token_loss,
     dro_token_loss_grad,
+    vespo_token_loss,
+    vespo_token_loss_grad,
     gmpo_token_loss,
     gmpo_token_loss_grad,
     gspo_token_loss,
@@ -113,6 +115,8 @@ __all__ = [
     "dppo_token_loss_grad",
     "dro_token_loss",
     "dro_token_loss_grad",
+    "vespo_token_loss",
+    "vespo_token_loss_grad",
 ]
 
 from oracle.presets import PRESETS  # noqa: E402  (framework presets: plain data, written separately)

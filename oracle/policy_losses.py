@@ -31,6 +31,8 @@ from oracle.validation import (
 )
 
 __all__ = [
+    "vespo_token_loss",
+    "vespo_token_loss_grad",
     "pg_token_loss",
     "pg_token_loss_grad",
     "ppo_token_loss",
@@ -867,4 +869,100 @@ def dro_token_loss_grad(logp, old_logp, advantages, mask, upstream, *, beta):
             A_t = _advantage_at(A, b, t)
             d_t = float(logp[b, t]) - float(old_logp[b, t])
             grad[b, t] = _product(float(u[b, t]), -A_t + beta * d_t)
+    return grad
+
+
+# ----------------------------------------------------------------------------------------------
+# loss.vespo (spec v1.1)
+# ----------------------------------------------------------------------------------------------
+
+
+def _vespo_params(fn, k_pos, lambda_pos, k_neg, lambda_neg, log_ratio_clamp, w_min, w_max):
+    k_pos = check_real(fn, "k_pos", k_pos, ge=0.0)
+    lambda_pos = check_real(fn, "lambda_pos", lambda_pos, gt=0.0)
+    k_neg = check_real(fn, "k_neg", k_neg, ge=0.0)
+    lambda_neg = check_real(fn, "lambda_neg", lambda_neg, gt=0.0)
+    log_ratio_clamp = check_optional_real(fn, "log_ratio_clamp", log_ratio_clamp, gt=0.0)
+    w_min = check_optional_real(fn, "w_min", w_min, gt=0.0)
+    w_max = check_optional_real(fn, "w_max", w_max, gt=0.0)
+    if w_min is not None and w_max is not None and w_min > w_max:
+        raise ValueError(f"{fn}: w_min: expected w_min <= w_max, got {w_min!r} > {w_max!r}")
+    return k_pos, lambda_pos, k_neg, lambda_neg, log_ratio_clamp, w_min, w_max
+
+
+def _vespo_weights(logp, old_logp, A, mask, k_pos, lambda_pos, k_neg, lambda_neg, log_ratio_clamp, w_min, w_max):
+    """φ[b, t]: the gamma weight of row b's sequence ratio, with token t's (k, λ)."""
+    B, T = mask.shape
+    phi = np.zeros((B, T), dtype=np.float64)
+    for b in range(B):
+        # S_b = Σ_t d_t over the row's valid tokens (each clipped first when log_ratio_clamp is set)
+        S_b = 0.0
+        for t in range(T):
+            if mask[b, t]:
+                d_t = float(logp[b, t]) - float(old_logp[b, t])
+                if log_ratio_clamp is not None:
+                    d_t = min(max(d_t, -log_ratio_clamp), log_ratio_clamp)
+                S_b += d_t
+        if w_min is not None:
+            S_b = max(S_b, math.log(w_min))
+        if w_max is not None:
+            S_b = min(S_b, math.log(w_max))
+        w_b = _exp(S_b)
+        for t in range(T):
+            if not mask[b, t]:
+                continue
+            A_t = _advantage_at(A, b, t)
+            k, lam = (k_pos, lambda_pos) if A_t >= 0 else (k_neg, lambda_neg)
+            log_phi = lam + k * S_b - lam * w_b  # -inf when w_b overflows: φ = 0
+            phi[b, t] = _exp(log_phi)
+    return phi
+
+
+def vespo_token_loss(logp, old_logp, advantages, mask, *, k_pos=2.0, lambda_pos=3.0, k_neg=3.0, lambda_neg=2.0,
+                     log_ratio_clamp=None, w_min=None, w_max=None):
+    """VESPO: REINFORCE weighted by a gamma function of the sequence importance ratio.
+
+    Spec: loss.vespo (v1), added by spec v1.1
+    Equation (valid t of row b):
+        S_b = Σ_t d_t,  d_t = logp_t − old_logp_t (each clipped to ±log_ratio_clamp when set),
+              S_b clipped to [log w_min, log w_max] when set;  w_b = e^(S_b)
+        (k, λ) = (k_pos, λ_pos) if A_t ≥ 0 else (k_neg, λ_neg)
+        φ_t = e^λ · w_b^k · e^(−λ·w_b) = exp(λ + k·S_b − λ·w_b)     (φ(1) = 1)
+        L[b, t] = −sg(φ_t) · A_t · logp_t
+    Source: TRL ``loss_type="vespo"`` (grpo_trainer.py ``get_gamma_weights``, "φ(w) = e^λ × w^k × e^{−λw}",
+        defaults k± = 2/3, λ± = 3/2), the VESPO paper cited there.
+    Shapes: logp, old_logp [B, T], advantages [B] or [B, T], mask [B, T] -> [B, T] float64.
+    Edge cases: on-policy (S_b = 0) φ = 1: REINFORCE; a sequence ratio that overflows gives φ = 0 (the
+        gamma weight vanishes, computed in log space, never NaN); masked positions 0.
+    """
+    fn = "vespo_token_loss"
+    logp, old_logp, A, mask = _policy_inputs(fn, logp, old_logp, advantages, mask)
+    params = _vespo_params(fn, k_pos, lambda_pos, k_neg, lambda_neg, log_ratio_clamp, w_min, w_max)
+    phi = _vespo_weights(logp, old_logp, A, mask, *params)
+    B, T = mask.shape
+    loss = np.zeros((B, T), dtype=np.float64)
+    for b in range(B):
+        for t in range(T):
+            if mask[b, t]:
+                loss[b, t] = _product(-phi[b, t] * _advantage_at(A, b, t), float(logp[b, t]))
+    return loss
+
+
+def vespo_token_loss_grad(logp, old_logp, advantages, mask, upstream, *, k_pos=2.0, lambda_pos=3.0, k_neg=3.0,
+                          lambda_neg=2.0, log_ratio_clamp=None, w_min=None, w_max=None):
+    """Vector-Jacobian product of :func:`vespo_token_loss`: dL/d logp [B, T].
+
+    Spec: loss.vespo (v1), gradient: φ is a constant (sg), so dL_t/dlogp_t = −φ_t·A_t and nothing else.
+    """
+    fn = "vespo_token_loss_grad"
+    logp, old_logp, A, mask = _policy_inputs(fn, logp, old_logp, advantages, mask)
+    params = _vespo_params(fn, k_pos, lambda_pos, k_neg, lambda_neg, log_ratio_clamp, w_min, w_max)
+    u = to_float64(check_token_upstream(fn, upstream, mask))
+    phi = _vespo_weights(logp, old_logp, A, mask, *params)
+    B, T = mask.shape
+    grad = np.zeros((B, T), dtype=np.float64)
+    for b in range(B):
+        for t in range(T):
+            if mask[b, t]:
+                grad[b, t] = _product(float(u[b, t]), -phi[b, t] * _advantage_at(A, b, t))
     return grad

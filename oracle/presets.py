@@ -120,6 +120,10 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # then + beta * per_token_kl (not weighted), reduced over the original completion mask: a
         # rejected token's policy term is 0 but it still counts.
         "corrected_policy_loss": {"rejected": "zero"},
+        # grpo_trainer.py get_gamma_weights (1.16.0, :2972-3018): each token log-ratio clamped to +-20, the
+        # sequence log-ratio clamped to [log 1e-8, 20]; k/lambda defaults 2/3 and 3/2 (grpo_config.py:730-760)
+        # are canonical. Its nan_to_num(posinf=0) never fires on the clamped log-ratio.
+        "vespo_token_loss": {"log_ratio_clamp": 20.0, "w_min": 1e-8, "w_max": 485165195.4097903},
         # --- spec v1.1: policy losses of 2025-26 ---
         # Canonical, so absent: sapo_token_loss (loss_type="sapo", grpo_trainer.py:3121-3124: tau =
         # sapo_temperature_pos where A > 0 else sapo_temperature_neg, 1.0 / 1.05 by default,

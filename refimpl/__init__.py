@@ -20,6 +20,7 @@ from refimpl.losses import (
     cispo_token_loss,
     dppo_token_loss,
     dro_token_loss,
+    vespo_token_loss,
     gmpo_token_loss,
     gspo_token_loss,
     pg_token_loss,
@@ -86,6 +87,7 @@ __all__ = [
     "gmpo_token_loss",
     "dppo_token_loss",
     "dro_token_loss",
+    "vespo_token_loss",
     # multi-GPU / packing (refimpl.distributed, refimpl.vocab_parallel, refimpl.packed)
     "StepCounts",
     "step_counts",

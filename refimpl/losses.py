@@ -38,6 +38,7 @@ __all__ = [
     "gmpo_token_loss",
     "dppo_token_loss",
     "dro_token_loss",
+    "vespo_token_loss",
 ]
 
 
@@ -398,3 +399,49 @@ def dro_token_loss(
         # exact difference, rounded once
         return dro_token_loss(logp.double(), old_logp.double(), advantages.double(), m, beta=beta).to(out_dtype)
     return masked_output(L, m, out_dtype)
+
+
+def vespo_token_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    k_pos: float = 2.0,
+    lambda_pos: float = 3.0,
+    k_neg: float = 3.0,
+    lambda_neg: float = 2.0,
+    log_ratio_clamp: float | None = None,
+    w_min: float | None = None,
+    w_max: float | None = None,
+) -> torch.Tensor:
+    """Spec: loss.vespo. L = −sg(φ)·A·logp with φ = exp(λ + k·S − λ·e^S), S = Σ_t m·d_t per row (clamped),
+    (k, λ) by the sign of A (A ≥ 0: the positive pair); φ is a constant, so the gradient is −φ·A."""
+    fn = "vespo_token_loss"
+    m, out_dtype, cdt, lp, old, A = _constant_policy_inputs(fn, logp, old_logp, advantages, mask)
+    k_pos = check_real(fn, "k_pos", k_pos, ge=0.0)
+    lambda_pos = check_real(fn, "lambda_pos", lambda_pos, gt=0.0)
+    k_neg = check_real(fn, "k_neg", k_neg, ge=0.0)
+    lambda_neg = check_real(fn, "lambda_neg", lambda_neg, gt=0.0)
+    log_ratio_clamp = check_optional_real(fn, "log_ratio_clamp", log_ratio_clamp, gt=0.0)
+    w_min = check_optional_real(fn, "w_min", w_min, gt=0.0)
+    w_max = check_optional_real(fn, "w_max", w_max, gt=0.0)
+    if w_min is not None and w_max is not None and w_min > w_max:
+        raise ValueError(f"{fn}: w_min: expected w_min <= w_max, got {w_min!r} > {w_max!r}")
+    with torch.no_grad():
+        # the row sum and the weight in float64 ([B, T], cheap): a sum of large log-ratios of both signs
+        # cancels, and φ = exp(…) turns its float32 rounding into a relative error of k·|Σd|·2^-24
+        d = lp.detach().double() - old.double()
+        if log_ratio_clamp is not None:
+            d = d.clamp(-log_ratio_clamp, log_ratio_clamp)
+        S = torch.where(m, d, 0.0).sum(dim=1, keepdim=True)
+        if w_min is not None or w_max is not None:
+            S = S.clamp(min=None if w_min is None else math.log(w_min), max=None if w_max is None else math.log(w_max))
+        nonneg = A >= 0
+        k = torch.where(nonneg, k_pos, k_neg).double()
+        lam = torch.where(nonneg, lambda_pos, lambda_neg).double()
+        # log φ = λ + k·S − λ·e^S: −inf (φ = 0) where e^S overflows; k·S = 0 when k = 0 whatever S
+        log_phi = lam + torch.where(k == 0, 0.0, k * S) - lam * torch.exp(S)
+        coefficient = (torch.exp(log_phi) * A.double()).to(cdt)  # φ·A, a constant
+    loss = torch.where(coefficient == 0, 0.0, -coefficient * lp)  # 0 · inf := 0
+    return masked_output(loss, m, out_dtype)

@@ -1223,6 +1223,41 @@ add("gmpo_token_loss/nonfinite-at-masked",
                                       "advantages": f64([[nan, 1.0, 1e30, -1.0]]), "mask": mask(".x.x")}, {}))
 
 
+def _phi(S, k, lam):
+    return np.exp(lam + k * S - lam * np.exp(S))
+
+
+add("vespo_token_loss/on-policy",
+    "S = 0: phi = 1 for every (k, lambda): REINFORCE, L = -A logp, gradient -A",
+    _policy("vespo_token_loss", [[0.0] * 3], [[0.0, 2.0, -1.0]], mask(".xx"), old=-2.0),
+    expect=where(mask(".xx"), [[0.0, 4.0, -2.0]]), grad_factor=where(mask(".xx"), [[0.0, -2.0, 1.0]]))
+add("vespo_token_loss/positive-advantage-weight",
+    "A = 1, row log-ratio S = 0.5 (0.2 + 0.3): phi = exp(3 + 2 (0.5) - 3 e^0.5) on both tokens",
+    _policy("vespo_token_loss", [[0.0, 0.2, 0.3]], [1.0], mask(".xx"), old=-1.0),
+    expect=where(mask(".xx"), [[0.0, 0.8, 0.7]]) * _phi(0.5, 2.0, 3.0),
+    grad_factor=where(mask(".xx"), -_phi(0.5, 2.0, 3.0)))
+add("vespo_token_loss/negative-advantage-weight",
+    "A = -1 uses (k, lambda) = (3, 2): S = -0.4, phi = exp(2 - 1.2 - 2 e^-0.4)",
+    _policy("vespo_token_loss", [[0.0, -0.4]], [-1.0], mask(".x"), old=-1.0),
+    expect=where(mask(".x"), [[0.0, -1.4 * _phi(-0.4, 3.0, 2.0)]]), grad_factor=where(mask(".x"), _phi(-0.4, 3.0, 2.0)))
+add("vespo_token_loss/token-advantages-per-sign",
+    "[B, T] advantages: one row ratio S = 0.3, each token's (k, lambda) by its own sign",
+    _policy("vespo_token_loss", [[0.0, 0.1, 0.2]], [[0.0, 1.0, -1.0]], mask(".xx"), old=-1.0),
+    grad_factor=where(mask(".xx"), [[0.0, -_phi(0.3, 2.0, 3.0), _phi(0.3, 3.0, 2.0)]]))
+add("vespo_token_loss/overflowing-sequence-ratio",
+    "S = 800 overflows w: phi = 0, loss and gradient 0, never NaN; the other row is unaffected",
+    _policy("vespo_token_loss", [[0.0, 800.0], [0.0, 0.0]], [1.0, 1.0], mask(".x", ".x"), old=-801.0),
+    expect=where(mask(".x", ".x"), [[0.0], [801.0]]), grad_factor=where(mask(".x", ".x"), [[0.0], [-1.0]]))
+add("vespo_token_loss/sequence-ratio-clamp",
+    "w_max = e^2: S = 3 is clipped to 2 before the gamma weight",
+    _policy("vespo_token_loss", [[0.0, 1.5, 1.5]], [1.0], mask(".xx"), old=-2.0, w_max=float(np.exp(2.0))),
+    grad_factor=where(mask(".xx"), -_phi(2.0, 2.0, 3.0)))
+add("vespo_token_loss/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions change nothing",
+    lambda: build("vespo_token_loss", {"logp": f64([[nan, -1.0, inf, -1.5]]), "old_logp": f64([[1e30, -1.1, nan, -1.5]]),
+                                       "advantages": f64([[nan, 1.0, 1e30, -1.0]]), "mask": mask(".x.x")}, {}))
+
+
 def _dppo(p, p_old, adv, m, **kw):
     """DPPO on probabilities: logp = log p, old_logp = log p_old (masked positions hold p = p_old = 0.5)."""
     return lambda: build("dppo_token_loss", {"logp": np.log(f64(p)), "old_logp": np.log(f64(p_old)), "advantages": f64(adv),
@@ -1610,6 +1645,9 @@ PRESET_INPUTS: dict[str, Callable[..., Callable[[], cases.Case]]] = {
     # log-ratios 0.3 and -0.3: inside the paper's +-0.4, outside verl's +-0.2
     "gmpo_token_loss": lambda preset, **kw: _policy(
         "gmpo_token_loss", [[0.0, 0.3, -0.3, 0.1], [0.0, -0.3, 0.25, 0.0]], [1.0, -1.0], mask(".xxx", ".xxx"), **kw),
+    # a row whose summed log-ratio 25 exceeds TRL's clamps (token +-20, sequence [log 1e-8, 20])
+    "vespo_token_loss": lambda preset, **kw: _policy(
+        "vespo_token_loss", [[0.0, 25.0, 0.1], [0.0, -0.2, 0.3]], [1.0, -1.0], mask(".xx", ".xx"), old=-30.0, **kw),
     # a kept token with ratio 4 (verl caps the stop-gradient weight at 3)
     "dppo_token_loss": lambda preset, **kw: _dppo(
         [[0.5, 0.8, 0.6]], [[0.5, 0.2, 0.5]], [[0.0, -1.0, 1.0]], mask(".xx"), **kw),
@@ -1667,6 +1705,7 @@ RANDOM_SEEDS: dict[str, tuple[int, ...]] = {
     "gmpo_token_loss": (1, 2, 3),
     "dppo_token_loss": (1, 2, 3),
     "dro_token_loss": (1, 2, 3),
+    "vespo_token_loss": (1, 2, 3),
 }
 
 

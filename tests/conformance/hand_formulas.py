@@ -504,6 +504,26 @@ def dro_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, .
     return (_dro(a, kw)[0],)
 
 
+def _vespo(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    m, A = a["mask"], _adv(a)
+    d, _ = _log_ratio(a, kw)
+    S = _clean(m, d).sum(axis=1, keepdims=True)
+    lo = -np.inf if kw.get("w_min") is None else np.log(kw["w_min"])
+    hi = np.inf if kw.get("w_max") is None else np.log(kw["w_max"])
+    S = np.clip(S, lo, hi)
+    pos = A >= 0
+    k = np.where(pos, kw.get("k_pos", 2.0), kw.get("k_neg", 3.0))
+    lam = np.where(pos, kw.get("lambda_pos", 3.0), kw.get("lambda_neg", 2.0))
+    with np.errstate(over="ignore"):
+        phi = np.exp(lam + k * S - lam * np.exp(S))
+    coef = _times_neg_A(A, phi)  # -A·phi
+    return _zero_masked(m, _times_neg_A(-coef, _clean(m, a["logp"]))), _zero_masked(m, coef)
+
+
+def vespo_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    return (_vespo(a, kw)[0],)
+
+
 HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "token_logprobs": token_logprobs,
     "token_entropy": token_entropy,
@@ -534,6 +554,7 @@ HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "gmpo_token_loss": gmpo_token_loss,
     "dppo_token_loss": dppo_token_loss,
     "dro_token_loss": dro_token_loss,
+    "vespo_token_loss": vespo_token_loss,
 }
 
 
@@ -596,4 +617,5 @@ HAND_GRAD: dict[str, Callable[[dict[str, Any], dict[str, Any], Any], tuple[Any, 
     "sapo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _sapo(a, kw)[1],),
     "dppo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _dppo(a, kw)[1],),
     "dro_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _dro(a, kw)[1],),
+    "vespo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _vespo(a, kw)[1],),
 }

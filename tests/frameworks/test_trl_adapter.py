@@ -64,14 +64,13 @@ def test_loss_types_enumerated_from_installed_trl(adapter):
     assert found <= covered, f"loss types without a configuration: {found - covered}"
 
 
-def test_only_vespo_is_not_expressible(adapter):
-    """Every loss_type TRL offers has a checked (value and gradient) off-policy row except vespo, whose
-    gamma weight phi(w) is no spec quantity: its row names the missing quantity."""
-    assert set(trl_checks.NOT_EXPRESSIBLE) == {"vespo"}
-    assert trl_checks.NOT_EXPRESSIBLE["vespo"].startswith("missing spec quantity vespo_token_loss")
+def test_every_loss_type_is_checked_off_policy(adapter):
+    """Every loss_type TRL offers has a checked (value and gradient) off-policy row: none is left
+    "not implemented" (vespo through vespo_token_loss, spec loss.vespo)."""
+    assert trl_checks.NOT_EXPRESSIBLE == {}
     checked = {CONFIGS[r].loss_type for r, (status, _) in EXPECTED.items()
                if status in ("pass", "preset") and not CONFIGS[r].on_policy}
-    assert set(adapter.grpo_loss_types()) - checked == {"vespo"}
+    assert set(adapter.grpo_loss_types()) <= checked
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,11 +166,11 @@ EXPECTED = {  # row id -> (status, matched_kwargs)
     "trl.grpo_loss[sapo,on_policy,beta=0]": ("pass", None),  # r = 1: value -2A/tau, gradient -A (value now compared)
     # luspo at the config's default token level (a warning, :916-920): ppo_token_loss + seq_mean_token_sum
     "trl.grpo_loss[luspo,beta=0]": ("pass", None),
-    # vespo: phi(1) = 1 on-policy, so pg_token_loss (+ the KL preset); off-policy phi(w) (:2972-3018) is
-    # no spec quantity: not implemented, "missing spec quantity vespo_token_loss"
+    # vespo: phi(1) = 1 on-policy, so pg_token_loss (+ the KL preset); off-policy vespo_token_loss with
+    # GRPOConfig's (k, lambda) (:2972-3018); this batch's log-ratios never reach TRL's clamps: canonical
     "trl.grpo_loss[vespo,on_policy,beta=0]": ("pass", None),
     "trl.grpo_loss[vespo,on_policy,beta=0.04]": ("preset", KL_PRESET),
-    "trl.grpo_loss[vespo,beta=0]": ("not_implemented", None),
+    "trl.grpo_loss[vespo,beta=0]": ("pass", None),
     # Rollout corrections (trl_checks.offpolicy_configs): canonical = aggregate(keep*w*ppo + beta*k3,
     # mask, mode), the KL term unweighted and every valid token in the denominator.
     # token_truncate: w = min(rho, 2) multiplies the PPO token loss, value and gradient (no zero weight,
@@ -209,8 +208,6 @@ def test_grpo_loss_row(adapter, row_id):
         assert row.max_abs_err < 1e-5
     if status == "preset":
         assert row.matched_preset == "trl"
-    if status == "not_implemented":
-        assert row.message.startswith(trl_checks.NOT_EXPRESSIBLE[CONFIGS[row_id].loss_type]), row.message
     if CONFIGS[row_id].loss_type == "sapo":
         assert row.spec_id.startswith("loss.sapo+"), row.spec_id
         assert "sapo_token_loss(" in row.message
@@ -326,11 +323,12 @@ def test_finding_sapo_tau_is_float32(adapter):
     assert abs(tau[0, 1].item() - 1.05) / 1.05 < 2**-24
 
 
-def test_vespo_is_not_pg_off_policy(adapter):
-    """Why vespo's off-policy row is not implemented rather than checked against the nearest spec
-    quantity: off-policy phi(w) != 1, so pg_token_loss (its on-policy composition) does not match."""
+def test_vespo_off_policy_is_the_gamma_weight_not_pg(adapter):
+    """Off-policy phi(w) != 1: TRL's vespo run matches vespo_token_loss and not pg_token_loss (its
+    on-policy composition), value and gradient."""
     run = trl_checks.run_loss_config(adapter, trl_checks.LossConfig("vespo"), seed=0)
-    assert trl_checks.compositions(run, on_policy=False) == []
+    vespo = trl_checks.compositions(run, on_policy=False)[0]
+    assert vespo.spec_id.startswith("loss.vespo") and trl_checks.compare_run(run, vespo)[0].ok
     pg = trl_checks.compositions(run, on_policy=True)[0]
     assert not trl_checks.compare_run(run, pg)[0].ok
 

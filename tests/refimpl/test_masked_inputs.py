@@ -107,6 +107,7 @@ def cases(dtype: torch.dtype) -> dict[str, Case]:
         ("dppo-tv", refimpl.dppo_token_loss, {"ratio_cap": 3.0}),
         ("dppo-kl", refimpl.dppo_token_loss, {"divergence": "kl", "delta_high": 0.05}),
         ("dro", refimpl.dro_token_loss, {"beta": 0.1}),
+        ("vespo", refimpl.vespo_token_loss, {"log_ratio_clamp": 20.0, "w_max": 100.0}),
     ]:
         for adv_name, adv in (("tokens", adv_bt), ("rows", adv_b)):
             args = {"logp": logp, "old_logp": old, "advantages": adv, "mask": MASK}

@@ -72,7 +72,8 @@ CHOICES = ("estimator", "kl_estimator", "mode", "baseline", "scale", "singleton"
            "level", "seq_stat", "statistic", "kl_of", "behav_mode", "method", "rejected", "divergence")
 REALS = ("temperature", "eps", "eps_low", "eps_high", "dual_clip", "clip", "log_ratio_clamp", "clamp",
          "gamma", "lam", "norm_length", "num_tokens", "num_seqs", "kl_coef", "lo", "hi", "behav_cap", "threshold",
-         "tau_pos", "tau_neg", "delta_low", "delta_high", "ratio_cap", "beta")
+         "tau_pos", "tau_neg", "delta_low", "delta_high", "ratio_cap", "beta", "k_pos", "lambda_pos", "k_neg",
+         "lambda_neg", "w_min", "w_max")
 INTS = ("std_ddof", "chunk_size", "vocab_chunk_size", "vocab_start", "dp_world_size", "version")
 BOOLS = ("shift_mean", "reduce_hidden_grad", "batch_normalize", "weight_kl")
 LAYOUTS = ("cu_seqlens", "position_ids")  # packed rows: exactly one of the two
@@ -117,6 +118,12 @@ KEYWORD_VALUES: dict[str, tuple[Any, ...]] = {
     "delta_high": (-0.1,),
     "ratio_cap": (0.0, -1.0),
     "beta": (0.0, -0.5),
+    "k_pos": (-1.0,),
+    "k_neg": (-1.0,),
+    "lambda_pos": (0.0, -1.0),
+    "lambda_neg": (0.0, -1.0),
+    "w_min": (0.0, -1.0),
+    "w_max": (0.0, -1.0),
 }
 KEYWORDS = set(CHOICES) | set(REALS) | set(INTS) | set(BOOLS) | set(LAYOUTS) | set(SEQUENCES) | set(NOT_FUZZED)
 

@@ -218,6 +218,7 @@ LOSS_KWARGS = {
     "sapo_token_loss": [{}, {"tau_pos": 2.0, "tau_neg": 0.5}, {"log_ratio_clamp": 20.0}],
     "gmpo_token_loss": [{}, {"eps_low": 0.2, "eps_high": 0.2}],
     "dppo_token_loss": [{}, {"divergence": "kl"}, {"ratio_cap": 3.0}, {"log_ratio_clamp": 20.0}],
+    "vespo_token_loss": [{}, {"log_ratio_clamp": 20.0, "w_min": 1e-8, "w_max": 485165195.4097903}],
 }
 
 
@@ -237,7 +238,7 @@ def test_policy_losses_at_log_ratios_of_100(function, dtype):
             if adv_name == "zero":  # an overflowing ratio times A = 0 is 0, value and gradient
                 assert np.all(everything == 0), f"{function} {kw}: A = 0 gave {everything}"
             bounded = ("dual_clip" in kw or "log_ratio_clamp" in kw or adv_name == "positive"
-                       or function in ("cispo_token_loss", "ppo_clipped_mask", "sapo_token_loss")
+                       or function in ("cispo_token_loss", "ppo_clipped_mask", "sapo_token_loss", "vespo_token_loss")
                        or "ratio_cap" in kw or dtype == "float64")
             if bounded:  # the clipped objectives, A >= 0, or float64 (e^100 is representable)
                 assert np.all(np.isfinite(everything)), f"{function} {kw} A {adv_name}: {everything}"
