@@ -85,6 +85,14 @@ def _mask(batch: dict[str, np.ndarray], dtype: str = DTYPE) -> np.ndarray:
     return batch["mask"].astype(NP[dtype])
 
 
+def _policy_arrays(batch: dict[str, Any]) -> dict[str, Any]:
+    """The arrays of verl's policy-loss functions for a loss batch (float32, verl's names)."""
+    arrays = _arrays(batch, {"old_log_prob": "old_logp", "log_prob": "logp"})
+    arrays["advantages"] = broadcast_advantages(batch).astype(np.float32)
+    arrays["response_mask"] = _mask(batch)
+    return arrays
+
+
 def _global(mode: str, m: np.ndarray, global_info: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """(verl keyword arguments, spec aggregate keywords) for ``mode`` with or without global batch info."""
     spec: dict[str, Any] = {"mode": SPEC_MODE[mode]}
@@ -171,9 +179,7 @@ def policy_row(adapter: Any, seed: int, name: str, mode: str, *, config: dict[st
     kw, agg = _global(mode, m, True)
 
     def got() -> dict[str, Any]:
-        arrays = _arrays(batch, {"old_log_prob": "old_logp", "log_prob": "logp"})
-        arrays["advantages"] = broadcast_advantages(batch).astype(np.float32)
-        arrays["response_mask"] = _mask(batch)
+        arrays = _policy_arrays(batch)
         r = adapter.call("policy_loss", arrays, {"name": name, "loss_agg_mode": mode, "config": config, "global_batch_info": kw},
                          wrt=["log_prob"], upstream={"loss": 1.0})
         return {"value": r["outputs"]["loss"], "grad[logp]": r["grads"]["log_prob"]}
@@ -302,9 +308,7 @@ def modern_policy_row(adapter: Any, seed: int, name: str, mode: str, *, config: 
     kw, agg = _global(mode, m, True)
 
     def got() -> dict[str, Any]:
-        arrays = _arrays(batch, {"old_log_prob": "old_logp", "log_prob": "logp"})
-        arrays["advantages"] = broadcast_advantages(batch).astype(np.float32)
-        arrays["response_mask"] = _mask(batch)
+        arrays = _policy_arrays(batch)
         params = {"name": name, "loss_agg_mode": mode, "config": config, "global_batch_info": kw}
         if policy_loss:
             params["policy_loss"] = policy_loss

@@ -3,6 +3,10 @@ losses): right and left padding, a gap inside a completion, an empty row, and se
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 import torch
 
 B, T = 4, 6
@@ -26,3 +30,10 @@ def tok(seed: int, dtype: torch.dtype = torch.float32, scale: float = 0.5, offse
     """A seeded [B, T] float array, offset + scale·N(0, 1), in `dtype`."""
     g = torch.Generator().manual_seed(seed)
     return (offset + scale * torch.randn(B, T, generator=g, dtype=torch.float64)).to(dtype)
+
+
+def assert_error_names(fn: Callable[..., Any], args: tuple, kwargs: dict, exc: type[Exception], arg: str) -> None:
+    """`fn(*args, **kwargs)` raises `exc` with a message that starts with `<function>: <arg>:`."""
+    with pytest.raises(exc) as info:
+        fn(*args, **kwargs)
+    assert str(info.value).startswith(f"{fn.__name__}: {arg}:"), str(info.value)
