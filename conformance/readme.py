@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import oracle
+from oracle.presets import SCOPE
 from conformance import spec
 from conformance.registry import REGISTRY
 from conformance.tolerances import DEFAULT, OVERRIDES
@@ -41,7 +42,10 @@ def preset_table() -> str:
         cells = []
         for n in names:
             kw = oracle.PRESETS[n].get(f)
-            cells.append(", ".join(f"{k}={v!r}" for k, v in kw.items()) if kw else "canonical")
+            if kw:
+                cells.append(", ".join(f"{k}={v!r}" for k, v in kw.items()))
+            else:
+                cells.append("canonical" if f in SCOPE.get(n, (f,)) else "not read")
         lines.append(f"| `{f}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -188,6 +188,16 @@ def _kl_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
     return True
 
 
+def _cispo_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    """The "logp" surrogate's gradient −clip(r)·A is continuous in r; the "ratio" surrogate's gradient
+    jumps to 0 at the clip bounds, which the ratio must be off."""
+    if kw.get("surrogate", "logp") != "ratio":
+        return True
+    eps_low, eps_high = kw.get("eps_low"), kw.get("eps_high", 0.28)
+    high = 1 + eps_high if kw.get("bound", "relative") == "relative" else eps_high
+    return _far(_ratio(args), [high] + ([] if eps_low is None else [1 - eps_low]))
+
+
 def _value_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
     if kw.get("clip") is None:
         return True
@@ -391,6 +401,8 @@ REGISTRY: tuple[QuantityInfo, ...] = (
         grad_args=("logp",),
         invariants=("mask", "on_policy"),
         question=("eps_low", "eps_high", "bound"),
+        variants={"surrogate": ("logp", "ratio")},
+        well_conditioned=_cispo_conditioned,
     ),
     QuantityInfo(
         "value_token_loss",

@@ -351,10 +351,14 @@ def gspo_token_loss_grad(logp, old_logp, advantages, mask, upstream, *, eps_low=
 # ----------------------------------------------------------------------------------------------
 
 
-def _cispo_params(fn, eps_low, eps_high, bound):
+CISPO_SURROGATES = ("logp", "ratio")
+
+
+def _cispo_params(fn, eps_low, eps_high, bound, surrogate):
     eps_low = check_optional_real(fn, "eps_low", eps_low, ge=0.0)
     eps_high = check_real(fn, "eps_high", eps_high, ge=0.0)
     bound = check_choice(fn, "bound", bound, ("relative", "absolute"))
+    check_choice(fn, "surrogate", surrogate, CISPO_SURROGATES)
     low = None if eps_low is None else 1.0 - eps_low
     high = 1.0 + eps_high if bound == "relative" else eps_high
     if low is not None and high < low:
@@ -371,47 +375,67 @@ def _cispo_weight(logp_t, old_logp_t, low, high):
     return clip(ratio, low, high)
 
 
-def cispo_token_loss(logp, old_logp, advantages, mask, *, eps_low=None, eps_high=0.28, bound="relative"):
+def _cispo_token(logp_t, old_logp_t, A_t, low, high, surrogate):
+    """(L_t, ∂L_t/∂logp_t) of one valid token.
+
+        surrogate "logp":  L_t = −sg(w_t)·A_t·logp_t,   ∂L_t/∂logp_t = −w_t·A_t
+        surrogate "ratio": L_t = −w_t·A_t (w_t on the graph: ∂w_t/∂logp_t = r_t where lo <= r_t <= hi,
+                           0 where the clip is active),   ∂L_t/∂logp_t = −r_t·A_t or 0
+    """
+    w_t = _cispo_weight(logp_t, old_logp_t, low, high)
+    if surrogate == "logp":
+        return -w_t * A_t * logp_t, -w_t * A_t
+    r_t = _exp(logp_t - old_logp_t)
+    inside = (low is None or r_t >= low) and r_t <= high
+    return -w_t * A_t, (-r_t * A_t if inside else 0.0)
+
+
+def cispo_token_loss(logp, old_logp, advantages, mask, *, eps_low=None, eps_high=0.28, bound="relative",
+                     surrogate="logp"):
     """CISPO: REINFORCE with a clipped, stop-gradient importance-sampling weight.
 
-    Spec: loss.cispo (v1)
+    Spec: loss.cispo (v1; the ``surrogate`` keyword is spec v1.1)
     Equation (valid t):
         r_t = exp(logp_t − old_logp_t)
         w_t = clip(r_t, lo, hi),  hi = 1 + ε_high ("relative") or ε_high ("absolute", TRL's ε_max),
                                   lo = 1 − ε_low, or no lower bound when ε_low is None
-        L_t = −sg(w_t) · A_t · logp_t
+        L_t = −sg(w_t) · A_t · logp_t         (surrogate "logp", the paper's)
+        L_t = −w_t · A_t                      (surrogate "ratio", torchrl's CISPOLoss: the clipped ratio
+                                               on the graph, no log-prob factor)
     Source: MiniMax-M1, arXiv:2506.13585, eqs. (4)-(5) (CISPO).
     Shapes: logp, old_logp [B, T], advantages [B] or [B, T], mask [B, T] -> [B, T] float64.
-    Edge cases: unlike PPO the token keeps a gradient when r is clipped (only the weight is capped);
-        ε_low, ε_high >= 0 and the upper bound must not be below the lower bound.
+    Edge cases: unlike PPO the token keeps a gradient when r is clipped (only the weight is capped),
+        except with surrogate "ratio", where a clipped token has none; ε_low, ε_high >= 0 and the
+        upper bound must not be below the lower bound.
     """
     fn = "cispo_token_loss"
     logp, old_logp, A, mask = _policy_inputs(fn, logp, old_logp, advantages, mask)
-    low, high = _cispo_params(fn, eps_low, eps_high, bound)
+    low, high = _cispo_params(fn, eps_low, eps_high, bound, surrogate)
     B, T = mask.shape
     loss = np.zeros((B, T), dtype=np.float64)
     for b in range(B):
         for t in range(T):
             if not mask[b, t]:
                 continue
-            w_t = _cispo_weight(logp[b, t], old_logp[b, t], low, high)
             A_t = _advantage_at(A, b, t)
-            loss[b, t] = -w_t * A_t * logp[b, t]
+            loss[b, t], _ = _cispo_token(logp[b, t], old_logp[b, t], A_t, low, high, surrogate)
     return loss
 
 
 def cispo_token_loss_grad(logp, old_logp, advantages, mask, upstream, *, eps_low=None, eps_high=0.28,
-                          bound="relative"):
+                          bound="relative", surrogate="logp"):
     """Vector-Jacobian product of :func:`cispo_token_loss`: dL/d logp [B, T].
 
     Spec: loss.cispo (v1), gradient.
-    Derivative (w_t is a stop-gradient constant):
-        ∂L_t/∂logp_t = −w_t · A_t,    dL/dlogp_t = u_t · (−w_t · A_t)
-    Examples (A = 1, ε_high = 0.28): r = 1.1 -> −1.1; r = 2.0 -> −1.28 (not 0 as in PPO).
+    Derivative:
+        surrogate "logp" (w_t a stop-gradient constant):  ∂L_t/∂logp_t = −w_t · A_t
+        surrogate "ratio":  ∂L_t/∂logp_t = −r_t · A_t where lo <= r_t <= hi (the boundary passes), else 0
+        dL/dlogp_t = u_t · ∂L_t/∂logp_t
+    Examples (A = 1, ε_high = 0.28): r = 1.1 -> −1.1; r = 2.0 -> −1.28 (not 0 as in PPO; 0 with "ratio").
     """
     fn = "cispo_token_loss_grad"
     logp, old_logp, A, mask = _policy_inputs(fn, logp, old_logp, advantages, mask)
-    low, high = _cispo_params(fn, eps_low, eps_high, bound)
+    low, high = _cispo_params(fn, eps_low, eps_high, bound, surrogate)
     u = to_float64(check_token_upstream(fn, upstream, mask))
     B, T = mask.shape
     grad = np.zeros((B, T), dtype=np.float64)
@@ -419,9 +443,9 @@ def cispo_token_loss_grad(logp, old_logp, advantages, mask, upstream, *, eps_low
         for t in range(T):
             if not mask[b, t]:
                 continue
-            w_t = _cispo_weight(logp[b, t], old_logp[b, t], low, high)
             A_t = _advantage_at(A, b, t)
-            grad[b, t] = u[b, t] * (-w_t * A_t)
+            _, dL_dlogp = _cispo_token(logp[b, t], old_logp[b, t], A_t, low, high, surrogate)
+            grad[b, t] = u[b, t] * dL_dlogp
     return grad
 
 

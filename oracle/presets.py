@@ -8,7 +8,8 @@ for everything the v1 keywords can express. Deviations that the v1 keywords cann
 listed in ``NOT_EXPRESSIBLE`` (one line each) and never appear in ``PRESETS``.
 
 ``PRESETS[preset][function] -> {keyword: value}``; presets are ``trl``, ``verl``, ``openrlhf``,
-``open_instruct`` and ``rlhf_book``. Use ``preset_kwargs(preset, function)`` to get a copy, e.g.
+``open_instruct``, ``rlhf_book``, ``areal`` and, for the quantities read from their source without an
+adapter yet, ``skyrl``, ``torchrl`` and ``ms_swift`` (``PRESET_NAMES``). Use ``preset_kwargs(preset, function)`` to get a copy, e.g.
 ``oracle.grpo_advantages(r, 4, **preset_kwargs("trl", "grpo_advantages"))``. ``<name>_grad`` accepts
 the same keywords as ``<name>``, so ``preset_kwargs`` also answers for gradient names.
 
@@ -46,12 +47,11 @@ __all__ = [
     "PRESET_NAMES",
     "FUNCTIONS",
     "PRESETS",
+    "SCOPE",
     "REQUIRED_KEYWORD_DEFAULTS",
     "NOT_EXPRESSIBLE",
     "preset_kwargs",
 ]
-
-PRESET_NAMES = ("trl", "verl", "openrlhf", "open_instruct", "rlhf_book")
 
 # Every spec v1 function (api.md). `<name>_grad` takes the same keywords as `<name>`.
 FUNCTIONS = (
@@ -293,6 +293,39 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # use_sapo_loss: r = exp(logp - old) with no clamp (:601), tau_pos where A > 0 (:617);
         # sapo_tau_pos / sapo_tau_neg 1.0 / 1.05, areal/api/cli_args.py:1533-1540).
     },
+    # --- frameworks without an adapter yet: the quantities read from their source (cited per line) ---
+    "skyrl": {
+        # NovaSky-AI/SkyRL @ 03d74ca, skyrl/backends/skyrl_train/utils/ppo_utils.py
+        # compute_policy_loss_cispo: -A * clamp(exp(clamp(d, +-20)), 1 - cispo_eps_clip_low,
+        # 1 + cispo_eps_clip_high).detach() * logp; CISPOConfig defaults 0.0 / 5.0
+        # (skyrl/train/config/config.py): w in [1, 6]. The +-20 log clamp cannot move w inside [1, 6].
+        "cispo_token_loss": {"eps_low": 0.0, "eps_high": 5.0},
+    },
+    "torchrl": {
+        # pytorch/rl, torchrl/objectives/llm/grpo.py CISPOLoss._compute_policy_objective: the loss
+        # -exp(clamp(log w, log(1 - eps_low), log(1 + eps_high))) * A, the clamped ratio on the graph and
+        # no log-prob factor; clip_epsilon default 0.2 (GRPOLoss.__init__, symmetric).
+        "cispo_token_loss": {"eps_low": 0.2, "eps_high": 0.2, "surrogate": "ratio"},
+    },
+    "ms_swift": {
+        # modelscope/ms-swift 4.6.0, swift/rlhf_trainers/grpo_trainer.py (loss_type == 'cispo'):
+        # torch.clamp(coef_1, max=self.epsilon_high).detach(), an absolute cap, epsilon_high defaulting
+        # to epsilon = 0.2 (GRPOArgumentsMixin): the weight is min(r, 0.2).
+        "cispo_token_loss": {"bound": "absolute", "eps_high": 0.2},
+    },
+}
+
+PRESET_NAMES = tuple(PRESETS)
+
+# Presets whose framework code was read for some functions only (documentation: outside its scope a
+# function is "not read", not "canonical"). A preset absent here was read for every function.
+SCOPE: Dict[str, tuple] = {
+    "areal": ("rollout_is_weights", "rollout_rejection_mask", "decoupled_ppo_token_loss",
+              "proximal_logp_interpolation", "off_policy_sequence_mask", "corrected_policy_loss",
+              "sapo_token_loss"),
+    "skyrl": ("cispo_token_loss",),
+    "torchrl": ("cispo_token_loss",),
+    "ms_swift": ("cispo_token_loss",),
 }
 
 # Framework defaults for keywords that api.md declares without a canonical default. Documentation

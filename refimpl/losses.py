@@ -157,16 +157,21 @@ def cispo_token_loss(
     eps_low: float | None = None,
     eps_high: float = 0.28,
     bound: str = "relative",
+    surrogate: str = "logp",
 ) -> torch.Tensor:
-    """Spec: loss.cispo. L = −sg(clip(r, lo, hi))·A·logp, hi = 1+ε_h ("relative") or ε_h ("absolute"), lo = 1−ε_l or none."""
+    """Spec: loss.cispo. L = −sg(clip(r, lo, hi))·A·logp ("logp") or −clip(r, lo, hi)·A with the clip on the
+    graph ("ratio", torchrl); hi = 1+ε_h ("relative") or ε_h ("absolute"), lo = 1−ε_l or none."""
     fn = "cispo_token_loss"
     m, out_dtype, lp, old, A = _policy_inputs(fn, logp, old_logp, advantages, mask)
     eps_low = check_optional_real(fn, "eps_low", eps_low, ge=0.0)
     eps_high = check_real(fn, "eps_high", eps_high, ge=0.0)
     bound = check_choice(fn, "bound", bound, ("relative", "absolute"))
+    surrogate = check_choice(fn, "surrogate", surrogate, ("logp", "ratio"))
     low = None if eps_low is None else 1.0 - eps_low
     high = 1.0 + eps_high if bound == "relative" else eps_high
     check_clip_interval(fn, low, high, bound)
+    if surrogate == "ratio":
+        return masked_output(-torch.exp(capped_exp_arg(lp - old)).clamp(min=low, max=high) * A, m, out_dtype)
     with torch.no_grad():
         weight = torch.exp(capped_exp_arg(lp - old)).clamp(min=low, max=high)
     return masked_output(-weight * A * lp, m, out_dtype)

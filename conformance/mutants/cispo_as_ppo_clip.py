@@ -11,7 +11,11 @@ import refimpl
 from conformance.mutants.base import Mutant
 
 
-def cispo_token_loss(logp, old_logp, advantages, mask, *, eps_low=None, eps_high=0.28, bound="relative"):
+def cispo_token_loss(logp, old_logp, advantages, mask, *, eps_low=None, eps_high=0.28, bound="relative",
+                     surrogate="logp"):
+    if surrogate != "logp":  # the bug is in the paper's surrogate; torchrl's has no stop-gradient weight
+        return refimpl.cispo_token_loss(logp, old_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high,
+                                        bound=bound, surrogate=surrogate)
     high = eps_high if bound == "relative" else eps_high - 1.0
     low = 1.0 if eps_low is None else eps_low  # no lower bound: ratio >= 0
     return refimpl.ppo_token_loss(logp, old_logp, advantages, mask, eps_low=low, eps_high=high)
@@ -23,6 +27,7 @@ MUTANT = Mutant(
     catalogue=28,
     cites=("arXiv:2506.13585", "tinker-cookbook#763"),
     signature={"cispo_token_loss": ("property", "golden", "invariant:on_policy", "preset:trl", "preset:verl",
-                                    "preset:open_instruct", "preset:rlhf_book")},
+                                    "preset:open_instruct", "preset:rlhf_book", "preset:skyrl",
+                                    "preset:ms_swift")},
     replace={"cispo_token_loss": cispo_token_loss},
 )

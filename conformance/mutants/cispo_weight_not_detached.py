@@ -9,11 +9,16 @@ r = 1.1 must give -1.1, the no-detach mutant +1.1.
 
 import torch
 
+import refimpl
 from conformance.mutants.base import Mutant, upcast
 from refimpl.masking import masked_advantages
 
 
-def cispo_token_loss(logp, old_logp, advantages, mask, *, eps_low=None, eps_high=0.28, bound="relative"):
+def cispo_token_loss(logp, old_logp, advantages, mask, *, eps_low=None, eps_high=0.28, bound="relative",
+                     surrogate="logp"):
+    if surrogate != "logp":  # torchrl's "ratio" surrogate keeps its weight on the graph by definition
+        return refimpl.cispo_token_loss(logp, old_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high,
+                                        bound=bound, surrogate=surrogate)
     m = mask.bool()
     (lp, old), out_dtype = upcast(logp, old_logp)
     lp, old = torch.where(m, lp, 0.0), torch.where(m, old, 0.0)
@@ -30,6 +35,6 @@ MUTANT = Mutant(
     catalogue=28,
     cites=("arXiv:2506.13585", "Liger#1054", "slime#2067", "bug-catalogue class 28 [U]"),
     signature={"cispo_token_loss": ("property", "golden", "invariant:on_policy", "preset:trl", "preset:verl",
-                                    "preset:open_instruct", "preset:rlhf_book")},
+                                    "preset:open_instruct", "preset:rlhf_book", "preset:skyrl")},
     replace={"cispo_token_loss": cispo_token_loss},
 )

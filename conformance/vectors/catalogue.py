@@ -950,6 +950,29 @@ add("cispo_token_loss/overflowing-ratio-capped",
     _cispo([[0.0, 800.0, 0.1, 0.0, -0.2]], [1.0], M5, old=-801.0),
     grad_factor=where(M5, [[0.0, -1.28, -np.exp(0.1), -1.0, -np.exp(-0.2)]]))
 
+# spec v1.1: the four CISPO definitions in use (verl's two-sided 0.8/1.2, TRL's and ms-swift's absolute
+# cap, SkyRL's [1, 6], torchrl's clipped ratio on the graph) are pinned by the preset vectors below
+# (PRESET_INPUTS); these cases pin the keywords that tell them apart.
+DR = [[0.0, 0.1, 0.5, -0.5, -0.1]]  # ratios 1.105, 1.65, 0.61, 0.905 against [0.8, 1.2]
+
+add("cispo_token_loss/ratio-surrogate",
+    "surrogate 'ratio' (torchrl): L = -clip(r, 0.8, 1.2) * A, no log-prob factor; a clipped token has no gradient",
+    _cispo(DR, [1.0], M5, eps_low=0.2, eps_high=0.2, surrogate="ratio"),
+    expect=where(M5, -f64([[1.0, np.exp(0.1), 1.2, 0.8, np.exp(-0.1)]])),
+    grad_factor=where(M5, [[0.0, -np.exp(0.1), 0.0, 0.0, -np.exp(-0.1)]]))
+add("cispo_token_loss/ratio-surrogate-on-policy",
+    "surrogate 'ratio' on-policy: the value is -A (not -A * logp), the gradient -A as for 'logp'",
+    _cispo([[0.0] * 5], [2.0], M5, surrogate="ratio"),
+    expect=where(M5, -2.0), grad_factor=where(M5, -2.0))
+add("cispo_token_loss/ratio-surrogate-overflow",
+    "surrogate 'ratio' with a log-ratio of 800: w = 1 + eps_high, gradient 0, never NaN",
+    _cispo([[0.0, 800.0, 0.1, 0.0, -0.2]], [1.0], M5, old=-801.0, surrogate="ratio"),
+    grad_factor=where(M5, [[0.0, 0.0, -np.exp(0.1), -1.0, -np.exp(-0.2)]]))
+add("cispo_token_loss/floor-at-one",
+    "eps_low 0, eps_high 5 (SkyRL's [1, 6]): ratios below 1 are lifted to 1, above 6 capped",
+    _cispo([[0.0, -1.0, -0.3, 1.0, 2.0]], [1.0], M5, eps_low=0.0, eps_high=5.0),
+    grad_factor=where(M5, [[0.0, -1.0, -1.0, -np.e, -6.0]]))
+
 # ---------------------------------------------------------------------------------------------
 # value_token_loss (values, old_values, returns, mask)
 # ---------------------------------------------------------------------------------------------

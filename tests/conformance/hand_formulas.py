@@ -243,7 +243,19 @@ def _cispo_weight(a: dict[str, Any], kw: dict[str, Any]) -> np.ndarray:
 
 def cispo_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
     m = a["mask"]
+    if kw.get("surrogate", "logp") == "ratio":  # torchrl: -clip(r)·A
+        return (_zero_masked(m, -_cispo_weight(a, kw) * _adv(a)),)
     return (_zero_masked(m, -_cispo_weight(a, kw) * _adv(a) * _clean(m, a["logp"])),)
+
+
+def _cispo_grad(a: dict[str, Any], kw: dict[str, Any], u: np.ndarray) -> tuple[np.ndarray, ...]:
+    """−w·A·u, or for the "ratio" surrogate −r·A·u where the clip is inactive (0 where it is active)."""
+    m, A, u = a["mask"], _adv(a), _clean(a["mask"], u)
+    w = _cispo_weight(a, kw)
+    if kw.get("surrogate", "logp") == "ratio":
+        r = _exp(_clean(m, a["logp"]) - _clean(m, a["old_logp"]))
+        return (_zero_masked(m, np.where(w == r, -r * A * u, 0.0)),)
+    return (_zero_masked(m, -w * A * u),)
 
 
 def _value(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -607,8 +619,7 @@ HAND_GRAD: dict[str, Callable[[dict[str, Any], dict[str, Any], Any], tuple[Any, 
     "pg_token_loss": lambda a, kw, u: (_zero_masked(a["mask"], -_adv(a) * _clean(a["mask"], u)),),
     "ppo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _ppo(a, kw)[1],),
     "gspo_token_loss": _gspo_grad,
-    "cispo_token_loss": lambda a, kw, u: (
-        _zero_masked(a["mask"], -_cispo_weight(a, kw) * _adv(a) * _clean(a["mask"], u)),),
+    "cispo_token_loss": _cispo_grad,
     "value_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _value(a, kw)[1],),
     "aggregate": lambda a, kw, u: (u * _agg_weights(a, kw),),
     "policy_loss": lambda a, kw, u: (u * _policy(a, kw)[1],),

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import oracle
+from oracle.presets import preset_kwargs
 
 GARBAGE = [np.nan, np.inf, -np.inf, 1e30, -1e30]
 
@@ -250,6 +251,34 @@ def test_cispo_gradients_by_hand():
     # absolute bound 1.5 caps r = 2 at 1.5
     g = oracle.cispo_token_loss_grad(logp, old, A, mask, UP, eps_high=1.5, bound="absolute")
     assert g[0, 1] == pytest.approx(-1.5)
+
+
+@pytest.mark.parametrize("r, value, grad", [
+    (1.1, -1.1, -1.1),   # inside [0.8, 1.2]: −r·A, gradient −r·A (d r/d logp = r)
+    (2.0, -1.2, 0.0),    # clipped above: −1.2, and no gradient (the clip is on the graph)
+    (0.5, -0.8, 0.0),    # clipped below
+    (1.2, -1.2, -1.2),   # on the bound the gradient passes (torch.clamp's tie rule)
+])
+def test_cispo_ratio_surrogate_by_hand(r, value, grad):
+    """torchrl's CISPOLoss: L = −clip(r, 1 − ε_l, 1 + ε_h)·A (A = 1, ε = 0.2), no log-prob factor."""
+    logp, old, A, mask = _one_token(r, 1.0)
+    kw = {"eps_low": 0.2, "eps_high": 0.2, "surrogate": "ratio"}
+    assert oracle.cispo_token_loss(logp, old, A, mask, **kw)[0, 1] == pytest.approx(value)
+    assert oracle.cispo_token_loss_grad(logp, old, A, mask, UP, **kw)[0, 1] == pytest.approx(grad)
+
+
+def test_cispo_definitions_in_use_differ_on_one_token():
+    """r = 3, A = 1, logp = −2: the weight each framework's default gives (gradient −w·A), and torchrl's 0."""
+    logp, old, A, mask = _one_token(3.0, 1.0)
+    weights = {"verl": 1.2, "trl": 3.0, "skyrl": 3.0, "ms_swift": 0.2, "open_instruct": 1.272}
+    for preset, w in weights.items():
+        g = oracle.cispo_token_loss_grad(logp, old, A, mask, UP, **preset_kwargs(preset, "cispo_token_loss"))
+        assert g[0, 1] == pytest.approx(-w), preset
+    g = oracle.cispo_token_loss_grad(logp, old, A, mask, UP, **preset_kwargs("torchrl", "cispo_token_loss"))
+    assert g[0, 1] == 0.0
+    logp, old, A, mask = _one_token(0.5, 1.0)  # SkyRL floors the weight at 1
+    g = oracle.cispo_token_loss_grad(logp, old, A, mask, UP, **preset_kwargs("skyrl", "cispo_token_loss"))
+    assert g[0, 1] == pytest.approx(-1.0)
 
 
 # --------------------------------------------------------------------------------------------

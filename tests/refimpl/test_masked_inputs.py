@@ -102,6 +102,7 @@ def cases(dtype: torch.dtype) -> dict[str, Case]:
         ("gspo-token_sg", refimpl.gspo_token_loss, {"form": "token_sg"}),
         ("cispo-relative", refimpl.cispo_token_loss, {"eps_low": 0.2}),
         ("cispo-absolute", refimpl.cispo_token_loss, {"eps_high": 5.0, "bound": "absolute"}),
+        ("cispo-ratio", refimpl.cispo_token_loss, {"eps_low": 0.2, "eps_high": 0.2, "surrogate": "ratio"}),
         ("sapo", refimpl.sapo_token_loss, {"tau_pos": 2.0, "log_ratio_clamp": 20.0}),
         ("gmpo", refimpl.gmpo_token_loss, {"eps_low": 0.2}),
         ("dppo-tv", refimpl.dppo_token_loss, {"ratio_cap": 3.0}),

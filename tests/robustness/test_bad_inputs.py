@@ -69,7 +69,8 @@ ROLES: dict[str, str] = {
 }
 
 CHOICES = ("estimator", "kl_estimator", "mode", "baseline", "scale", "singleton", "form", "bound",
-           "level", "seq_stat", "statistic", "kl_of", "behav_mode", "method", "rejected", "divergence")
+           "level", "seq_stat", "statistic", "kl_of", "behav_mode", "method", "rejected", "divergence",
+           "surrogate")
 REALS = ("temperature", "eps", "eps_low", "eps_high", "dual_clip", "clip", "log_ratio_clamp", "clamp",
          "gamma", "lam", "norm_length", "num_tokens", "num_seqs", "kl_coef", "lo", "hi", "behav_cap", "threshold",
          "tau_pos", "tau_neg", "delta_low", "delta_high", "ratio_cap", "beta", "k_pos", "lambda_pos", "k_neg",

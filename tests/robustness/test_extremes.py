@@ -213,7 +213,8 @@ ADVANTAGES = {
 LOSS_KWARGS = {
     "ppo_token_loss": [{}, {"dual_clip": 3.0}, {"log_ratio_clamp": 20.0}, {"eps_low": 0.1, "eps_high": 0.28}],
     "gspo_token_loss": [{"form": "sequence"}, {"form": "token_sg"}, {"eps_low": 0.2, "eps_high": 0.2}],
-    "cispo_token_loss": [{}, {"eps_low": 0.2}, {"eps_high": 5.0, "bound": "absolute"}],
+    "cispo_token_loss": [{}, {"eps_low": 0.2}, {"eps_high": 5.0, "bound": "absolute"},
+                         {"eps_low": 0.2, "eps_high": 0.2, "surrogate": "ratio"}],
     "ppo_clipped_mask": [{}, {"dual_clip": 3.0}, {"log_ratio_clamp": 20.0}],
     "sapo_token_loss": [{}, {"tau_pos": 2.0, "tau_neg": 0.5}, {"log_ratio_clamp": 20.0}],
     "gmpo_token_loss": [{}, {"eps_low": 0.2, "eps_high": 0.2}],
