@@ -520,6 +520,319 @@ def case_dro_token_loss(rng: np.random.Generator) -> Case:
 
 
 # ---------------------------------------------------------------------------------------------
+# Spec v1.1: advantage estimators (api.md "Spec v1.1: advantage estimators"). Groups of every size
+# (pass@k: >= 2) with ties, all-equal groups, zero rewards (GPG counts them) and offsets; ragged masks
+# with tool gaps and empty rows for the per-token estimators.
+# ---------------------------------------------------------------------------------------------
+
+
+def _outcome_token_rewards(rng: np.random.Generator, mask: np.ndarray) -> np.ndarray:
+    """[B, T] rewards: a score on each row's last valid token and, half the time, a dense per-token
+    term (a KL reward); masked positions hold finite garbage."""
+    B, T = mask.shape
+    r = rng.normal(0.0, float(rng.choice([0.05, 0.5])), size=(B, T)) if rng.random() < 0.5 else np.zeros((B, T))
+    for b in range(B):
+        valid = np.flatnonzero(mask[b])
+        if valid.size:
+            r[b, valid[-1]] += float(rng.choice([0.0, 1.0, -1.0, rng.normal(0.0, 2.0)]))
+    return np.where(mask, r, rng.uniform(-3.0, 3.0, size=(B, T)))
+
+
+def case_reinforce_pp_advantages(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng, max_T=12)
+    mask = ragged_mask(rng, B, T)
+    return Case(
+        "reinforce_pp_advantages",
+        {"token_rewards": _outcome_token_rewards(rng, mask), "mask": mask},
+        {
+            "gamma": float(rng.choice([1.0, 0.99, 0.9, 0.5])),
+            "gap": str(rng.choice(["skip", "reset", "discount"])),
+            "std_ddof": int(rng.choice([0, 1])),
+            "eps": float(rng.choice([1e-8, 1e-6])),
+        },
+    )
+
+
+def case_reinforce_pp_baseline_advantages(rng: np.random.Generator) -> Case:
+    B, G = group_dims(rng)
+    T = int(rng.integers(2, 9))
+    mask = ragged_mask(rng, B, T)
+    return Case(
+        "reinforce_pp_baseline_advantages",
+        {"rewards": group_rewards(rng, B, G), "group_size": G, "mask": mask},
+        {
+            "level": str(rng.choice(["token", "sequence"])),
+            "std_ddof": int(rng.choice([0, 1])),
+            "eps": float(rng.choice([1e-8, 1e-6, 1e-4])),
+            "singleton": str(rng.choice(["zero", "raw"])),
+        },
+    )
+
+
+def case_remax_advantages(rng: np.random.Generator) -> Case:
+    B, G = group_dims(rng)
+    rewards = group_rewards(rng, B, G)
+    greedy = np.array([float(rng.choice(rewards[g * G:(g + 1) * G])) if rng.random() < 0.5 else float(rng.normal(0.0, 1.0))
+                       for g in range(B // G)])
+    return Case("remax_advantages", {"rewards": rewards, "greedy_rewards": greedy, "group_size": G}, {})
+
+
+def case_opo_advantages(rng: np.random.Generator) -> Case:
+    B, G = group_dims(rng)
+    T = int(rng.integers(2, 10))
+    mask = ragged_mask(rng, B, T)
+    if rng.random() < 0.3:  # a group whose rows have no valid token (its baseline would be 0/0)
+        g = int(rng.integers(0, B // G))
+        mask[g * G:(g + 1) * G] = False
+    return Case("opo_advantages", {"rewards": group_rewards(rng, B, G), "group_size": G, "mask": mask},
+                {"singleton": str(rng.choice(["zero", "raw"]))})
+
+
+def case_grpo_passk_advantages(rng: np.random.Generator) -> Case:
+    G = int(rng.choice([2, 3, 4, 8]))
+    B = G * int(rng.integers(1, 4))
+    return Case(
+        "grpo_passk_advantages",
+        {"rewards": group_rewards(rng, B, G), "group_size": G},
+        {
+            "scale": str(rng.choice(["group", "none"])),
+            "std_ddof": int(rng.choice([0, 1])),
+            "eps": float(rng.choice([0.0, 1e-9, 1e-6, 1e-4])),
+        },
+    )
+
+
+def case_gdpo_advantages(rng: np.random.Generator) -> Case:
+    B, G = group_dims(rng)
+    K = int(rng.integers(1, 4))
+    rewards = np.stack([group_rewards(rng, B, G) for _ in range(K)], axis=1)
+    weights = None if rng.random() < 0.4 else [float(rng.choice([1.0, 0.5, 2.0, -1.0])) for _ in range(K)]
+    return Case(
+        "gdpo_advantages",
+        {"rewards": rewards, "group_size": G},
+        {
+            "reward_weights": weights,
+            "std_ddof": int(rng.choice([0, 1])),
+            "eps": float(rng.choice([0.0, 1e-8, 1e-6, 1e-4])),
+            "batch_normalize": bool(rng.random() < 0.7),
+            "singleton": str(rng.choice(["zero", "raw"])),
+        },
+    )
+
+
+def case_maxrl_advantages(rng: np.random.Generator) -> Case:
+    """Success-rate rewards in [0, 1] (binary, graded or continuous): the group mean is a pass rate."""
+    B, G = group_dims(rng)
+    kind = rng.choice(["binary", "graded", "continuous"])
+    if kind == "binary":
+        r = rng.integers(0, 2, size=B).astype(np.float64)
+    elif kind == "graded":
+        r = rng.integers(0, 5, size=B) / 4.0
+    else:
+        r = rng.uniform(0.0, 1.0, size=B)
+    for g in range(B // G):
+        if rng.random() < 0.25:
+            r[g * G:(g + 1) * G] = r[g * G]
+    return Case("maxrl_advantages", {"rewards": r, "group_size": G},
+                {"eps": float(rng.choice([1e-6, 1e-8, 1e-4])), "singleton": str(rng.choice(["zero", "raw"]))})
+
+
+def case_gpg_advantages(rng: np.random.Generator) -> Case:
+    B, G = group_dims(rng)
+    return Case("gpg_advantages", {"rewards": group_rewards(rng, B, G), "group_size": G},
+                {"singleton": str(rng.choice(["zero", "raw"]))})
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1: reward shaping before the advantage (api.md "Spec v1.1: reward shaping")
+# ---------------------------------------------------------------------------------------------
+
+
+def case_overlong_penalty(rng: np.random.Generator) -> Case:
+    """Completion lengths on and next to both boundaries (L_start = max_length - buffer and
+    max_length), empty completions and lengths beyond max_length (where the frameworks disagree);
+    buffers of 0 (a hard step) up to max_length (the penalty from the first token)."""
+    max_length = int(rng.choice([4, 8, 16, 100]))
+    buffer = int(rng.choice([0, 1, max_length // 4, max_length // 2, max_length]))
+    start = max_length - buffer
+    near = [0, start - 1, start, start + 1, max_length - 1, max_length, max_length + 1, max_length + buffer + 2]
+    B = int(rng.integers(1, 9))
+    lengths = [int(rng.choice(near)) if rng.random() < 0.7 else int(rng.integers(0, max_length + buffer + 4)) for _ in range(B)]
+    return Case(
+        "overlong_penalty",
+        {"lengths": np.maximum(np.array(lengths, dtype=np.int64), 0)},
+        {
+            "max_length": max_length,
+            "buffer": buffer,
+            "factor": float(rng.choice([1.0, 0.5, 2.0, 0.3])),  # 0.3: not exact in float32
+            "beyond": "linear" if buffer > 0 and rng.random() < 0.3 else "floor",
+        },
+    )
+
+
+def case_shaped_rewards(rng: np.random.Generator) -> Case:
+    """Rewards of several scales (some beyond the ±10 / ±20 clip ranges) or binary, truncated rows
+    (no EOS: finish_reason 'length'), one truncation rule and one clip range per case."""
+    B = int(rng.integers(1, 9))
+    if rng.random() < 0.3:
+        rewards = rng.integers(0, 2, size=B).astype(np.float64)
+    else:
+        rewards = rng.normal(0.0, float(rng.choice([1.0, 5.0, 25.0])), size=B)
+    truncated = rng.random(B) < float(rng.choice([0.0, 0.3, 0.7, 1.0]))
+    rule = str(rng.choice(["none", "scale", "value", "value_shift", "shift"]))
+    kwargs: dict[str, Any] = {"truncated_scale": 1.0, "truncated_value": None, "truncated_shift": 0.0}
+    if rule == "scale":
+        kwargs["truncated_scale"] = float(rng.choice([0.0, 0.5]))
+    if rule in ("value", "value_shift"):
+        kwargs["truncated_value"] = float(rng.choice([-1.0, -0.5, 0.0]))
+    if rule in ("value_shift", "shift"):
+        kwargs["truncated_shift"] = float(rng.choice([-1.0, -0.5]))
+    lo, hi = [(None, None), (-10.0, 10.0), (-20.0, 20.0), (-1.0, 1.0), (None, 1.0), (-1.0, None)][int(rng.integers(0, 6))]
+    kwargs.update(clip_low=lo, clip_high=hi)
+    return Case("shaped_rewards", {"rewards": rewards, "truncated": truncated}, kwargs)
+
+
+def case_kl_loss_term(rng: np.random.Generator) -> Case:
+    """kl.loss (spec v1.1): reference and old log-probs near or far (ratios beyond the weight cap),
+    every estimator and gradient form; old_logp always given, so one case can be judged under each form."""
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    logp = logprobs_like(rng, (B, T))
+    return Case(
+        "kl_loss_term",
+        {"logp": logp, "ref_logp": nearby(rng, logp), "mask": mask, "old_logp": nearby(rng, logp)},
+        {
+            "estimator": str(rng.choice(["k1", "k2", "k3", "abs"])),
+            "gradient": str(rng.choice(["estimator", "straight_through", "unbiased", "bias_corrected"])),
+            "log_ratio_clamp": rng.choice([None, 20.0, 1.0]),
+            "clamp": rng.choice([None, 10.0, 0.5]),
+            "weight_cap": rng.choice([10.0, None, 2.0]),
+        },
+        grad_args=("logp",),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1: covariance-selected tokens (api.md "Spec v1.1: covariance-selected tokens"). Advantages
+# scaled up at times so that covariances (A − Ā)·(logp − l̄) reach Clip-Cov's default window (1, 5);
+# fractions from verl's 2e-4 (n = 1) to every token.
+# ---------------------------------------------------------------------------------------------
+
+
+def _covariance_args(rng: np.random.Generator) -> dict[str, Any]:
+    args = _policy_args(rng)
+    args["advantages"] = args["advantages"] * float(rng.choice([1.0, 3.0]))
+    return args
+
+
+def case_clip_cov_mask(rng: np.random.Generator) -> Case:
+    args = _covariance_args(rng)
+    args["draws"] = rng.random(args["mask"].shape)
+    cov_low, cov_high = [(1.0, 5.0), (0.05, 2.0), (-1.0, 1.0), (0.2, 50.0)][int(rng.integers(0, 4))]
+    eps_low = float(rng.choice([0.2, 0.1]))
+    return Case(
+        "clip_cov_mask",
+        args,
+        {
+            "fraction": float(rng.choice([2e-4, 0.2, 0.5, 1.0])),
+            "cov_low": cov_low,
+            "cov_high": cov_high,
+            "eps_low": eps_low,
+            "eps_high": float(rng.choice([eps_low, 0.28])),
+        },
+    )
+
+
+def case_kl_cov_token_loss(rng: np.random.Generator) -> Case:
+    return Case(
+        "kl_cov_token_loss",
+        _covariance_args(rng),
+        {"fraction": float(rng.choice([2e-4, 0.1, 0.25, 0.5, 1.0])), "coef": float(rng.choice([0.1, 1.0, 2.5]))},
+        grad_args=("logp",),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1: entropy terms and coefficient controllers (api.md "Spec v1.1: entropy terms and
+# coefficient controllers")
+# ---------------------------------------------------------------------------------------------
+
+
+def token_entropies(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    """Per-token entropies as a policy gives them: mostly near 0 (confident tokens), a few high ones,
+    capped at log V; half the time on a grid of 1/16 nat (ties, exact in every dtype)."""
+    H = np.minimum(rng.exponential(float(rng.choice([0.1, 0.5, 2.0])), size=shape), np.log(32000.0))
+    if rng.random() < 0.5:
+        H = np.round(H * 16.0) / 16.0
+    return H
+
+
+def case_entropy_top_mask(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    return Case(
+        "entropy_top_mask",
+        {"entropy": token_entropies(rng, (B, T)), "mask": mask},
+        {"rho": float(rng.choice([0.2, 0.5, 0.8, 0.05, 0.35, 1.0, 0.0]))},
+    )
+
+
+def case_entropy_bonus(rng: np.random.Generator) -> Case:
+    B, T = batch_dims(rng)
+    mask = ragged_mask(rng, B, T)
+    mode = str(rng.choice(AGG_MODES))
+    kwargs: dict[str, Any] = {"entropy_coef": float(rng.choice([0.01, 0.001, 0.1, 1.0, -0.01])), "mode": mode}
+    if mode == "seq_mean_token_sum_norm":
+        kwargs["norm_length"] = float(rng.choice([T, 16]))
+    return Case("entropy_bonus", {"entropy": token_entropies(rng, (B, T)), "mask": mask}, kwargs,
+                grad_args=("entropy",))
+
+
+def case_kl_controller_update(rng: np.random.Generator) -> Case:
+    """The measured KL near its target (inside the +-20% clip), far above or below it (clipped), or
+    negative (a k1 estimate); n_steps from one sample to a horizon's worth."""
+    target = float(rng.choice([0.1, 0.02, 6.0, 1.0]))
+    kind = str(rng.choice(["near", "above", "below", "negative"]))
+    ratio = {"near": rng.uniform(0.85, 1.15), "above": rng.uniform(1.3, 8.0), "below": rng.uniform(0.0, 0.7),
+             "negative": -rng.uniform(0.0, 0.5)}[kind]
+    return Case(
+        "kl_controller_update",
+        {"kl_coef": float(rng.choice([0.001, 0.01, 0.05, 0.2])), "current_kl": float(ratio * target),
+         "n_steps": int(rng.choice([1, 64, 256, 1024, 8192]))},
+        {"target": target, "horizon": int(rng.choice([10000, 1000, 100]))},
+    )
+
+
+def _entropy_control(rng: np.random.Generator) -> tuple[float, float]:
+    """(target, measured entropy): the entropy below, above or exactly at the target."""
+    target = float(rng.choice([0.2, 2.0, 5.0]))
+    kind = str(rng.choice(["below", "above", "equal"]))
+    H = {"below": target * rng.uniform(0.0, 0.95), "above": target * rng.uniform(1.05, 20.0), "equal": target}[kind]
+    return target, float(H)
+
+
+def case_entropy_coef_update(rng: np.random.Generator) -> Case:
+    target, H = _entropy_control(rng)
+    coef_min, coef_max = [(0.0, 1.0), (0.001, 0.05), (0.0, 0.01)][int(rng.integers(0, 3))]
+    # inside the bounds, at a bound, or outside them (the clamp is one-sided)
+    coef = float(rng.choice([0.0, coef_min, coef_max, 0.5 * (coef_min + coef_max), coef_max + 0.1, 0.003]))
+    return Case(
+        "entropy_coef_update",
+        {"coef": coef, "current_entropy": H},
+        {"target": target, "delta": float(rng.choice([0.005, 0.001, 0.05])), "coef_min": coef_min,
+         "coef_max": coef_max},
+    )
+
+
+def case_entropy_coef_applied(rng: np.random.Generator) -> Case:
+    target, H = _entropy_control(rng)
+    if rng.random() < 0.2:  # the first step: nothing measured yet
+        H = float("inf")
+    return Case("entropy_coef_applied", {"coef": float(rng.choice([0.0, 0.005, 0.1, 1.0])), "last_entropy": H},
+                {"target": target})
+
+
+# ---------------------------------------------------------------------------------------------
 # Spec v1.1: off-policy corrections (api.md "Spec v1.1"). Bounds always contain the on-policy value
 # (ratio 1, log-ratio 0), so the on-policy invariant keeps every token with weight 1.
 # ---------------------------------------------------------------------------------------------
@@ -669,6 +982,24 @@ GENERATORS: dict[str, Callable[[np.random.Generator], Case]] = {
     "dppo_token_loss": case_dppo_token_loss,
     "dro_token_loss": case_dro_token_loss,
     "vespo_token_loss": case_vespo_token_loss,
+    "reinforce_pp_advantages": case_reinforce_pp_advantages,
+    "reinforce_pp_baseline_advantages": case_reinforce_pp_baseline_advantages,
+    "remax_advantages": case_remax_advantages,
+    "opo_advantages": case_opo_advantages,
+    "grpo_passk_advantages": case_grpo_passk_advantages,
+    "gdpo_advantages": case_gdpo_advantages,
+    "maxrl_advantages": case_maxrl_advantages,
+    "gpg_advantages": case_gpg_advantages,
+    "overlong_penalty": case_overlong_penalty,
+    "shaped_rewards": case_shaped_rewards,
+    "kl_loss_term": case_kl_loss_term,
+    "clip_cov_mask": case_clip_cov_mask,
+    "kl_cov_token_loss": case_kl_cov_token_loss,
+    "entropy_top_mask": case_entropy_top_mask,
+    "entropy_bonus": case_entropy_bonus,
+    "kl_controller_update": case_kl_controller_update,
+    "entropy_coef_update": case_entropy_coef_update,
+    "entropy_coef_applied": case_entropy_coef_applied,
 }
 
 

@@ -198,16 +198,19 @@ def _nan_note(name: str, actual: Any, expected: Any) -> str:
     return f"{name}: NaN at index {idx} where the spec's value is {float(e[idx])!r} ({int(bad.sum())} NaN in all)"
 
 
-def _output_dtype_problem(raw: Any, dtype: str, output: str) -> str | None:
+def _output_dtype_problem(raw: Any, dtype: str, output: str, float_inputs: bool = True) -> str | None:
     """Torch adapters return float tensors no wider than the input dtype (api.md "Adapter
     protocol"): float32 is accepted for bfloat16 inputs (float32 accumulation returned without the
     final rounding, as TRL's fused head does); a narrower float (float32 for float64 inputs) is
     accepted too and shows up as the precision the outputs meet. Wider or non-float outputs break
-    the contract."""
+    the contract. Without a float input (`overlong_penalty`'s integer lengths) there is no input
+    dtype to be wider than: any float output is accepted, judged at the case dtype's class."""
     expected = cases.TORCH_DTYPES[dtype]
     allowed = {torch.float64: {torch.float64, torch.float32, torch.bfloat16, torch.float16},
                torch.float32: {torch.float32, torch.bfloat16, torch.float16},
                torch.bfloat16: {torch.bfloat16, torch.float32}}[expected]
+    if not float_inputs:
+        allowed = {torch.float64, torch.float32, torch.bfloat16, torch.float16}
     if output == "mask":  # a keep/reject decision: bool, whatever the input dtype
         expected, allowed = torch.bool, {torch.bool}
     for i, item in enumerate(_as_tuple(raw)):
@@ -364,7 +367,8 @@ def check_adapter(
     outcome.observed = outcome.values = actual
     if len(actual) != len(expected):
         return _broken(outcome, f"returned {len(actual)} outputs, the spec has {len(expected)}")
-    if adapter.array_api == "torch" and (problem := _output_dtype_problem(raw, dtype, record.output)) is not None:
+    float_inputs = any(cases.is_float_array(v) for v in rounded.values())
+    if adapter.array_api == "torch" and (problem := _output_dtype_problem(raw, dtype, record.output, float_inputs)) is not None:
         return _broken(outcome, problem)
     if wants_grad:
         outcome.upstream = upstream

@@ -9,9 +9,12 @@ failure signatures of the known bugs (`conformance.mutants`) discriminative.
   leave every output and gradient unchanged (compared with the same call on the clean inputs);
 - `invariant:partition`: the batch, with one fully-masked row appended (an empty micro-batch), is
   split by rows into micro-batches of uneven token counts; each part is called with the whole
-  batch's `num_tokens` / `num_seqs`, and the parts' values and gradients must sum to the whole
-  batch's (called with the same counts). An adapter that rejects the two keywords (TypeError) gets
-  the check reported as not implemented. Per mode, and for a framework's own micro-batch loss
+  batch's step statistics (`QuantityInfo.partition_keywords`: `num_tokens` / `num_seqs` by default,
+  the pooled valid entropies `pooled_entropy` for `entropy_top_mask`), and the parts' values and
+  gradients must sum to the whole batch's (called with the same statistics) for a scalar output, or
+  the parts' rows, joined, must be the whole batch's rows for a per-row output (a mask). An adapter
+  that rejects those keywords (TypeError) gets the check reported as not implemented. Per mode, and
+  for a framework's own micro-batch loss
   (counts, DDP averaging, empty micro-batches), see the `agg.partition[<mode>]` rows of
   `conformance/partition.py` (adapters opt in with `micro_batched_loss`);
 - `invariant:detached`: the inputs the spec makes constants (`QuantityInfo.stop_grad_args`) are
@@ -23,6 +26,7 @@ returned, for `conformance.diagnosis` to replay known bugs against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,6 +35,7 @@ import torch
 from conformance import cases
 from conformance.compare import Mismatch, compare
 from conformance.differential import (
+    NUMPY_DTYPES,
     Outcome,
     _adapter_grads,
     _as_tuple,
@@ -172,10 +177,37 @@ def partition_case(case: cases.Case) -> tuple[dict[str, Any], list[slice], int, 
     return args, slices, int(mask.sum()), B + 1
 
 
+# The step statistics of `QuantityInfo.partition_keywords`, from the whole batch's (rounded) arguments.
+STEP_STATISTICS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "num_tokens": lambda args: int(args["mask"].sum()),
+    "num_seqs": lambda args: int(args["mask"].shape[0]),
+    "pooled_entropy": lambda args: args["entropy"][args["mask"]],  # every valid entropy of the step
+}
+
+
+def _step_statistics(record: QuantityInfo, adapter: Any, rounded: dict[str, Any], dtype: str) -> dict[str, Any]:
+    """The record's step statistics of the whole batch, arrays in the adapter's array type and dtype
+    (what an all-gather of the parts would hand each part)."""
+    out: dict[str, Any] = {}
+    for name in record.partition_keywords:
+        value = STEP_STATISTICS[name](rounded)
+        if isinstance(value, np.ndarray):
+            value = (torch.tensor(value, dtype=cases.TORCH_DTYPES[dtype]) if adapter.array_api == "torch"
+                     else value.astype(NUMPY_DTYPES[dtype]))
+        out[name] = value
+    return out
+
+
+def _describe_statistics(stats: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" if not hasattr(v, "shape") else f"{k}=<the {int(np.prod(v.shape))} values of the whole batch>"
+                     for k, v in stats.items())
+
+
 def run_partition(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
                   tol_class: str | None = None) -> Outcome:
-    """Σ over micro-batches (global counts) == the whole batch (same counts), value and gradient."""
-    args, slices, N, S = partition_case(case)
+    """Σ over micro-batches (the step's statistics) == the whole batch (same statistics), value and
+    gradient; for a per-row output, the parts' rows joined == the whole batch's."""
+    args, slices, _, _ = partition_case(case)
     whole_case = cases.Case(case.function, args, dict(case.kwargs), case.grad_args, case.seed,
                             "partitioned into micro-batches", case.upstream_seed)
     outcome, fn = _start(record, adapter, whole_case, dtype, kwargs, "invariant:partition", tol_class)
@@ -185,7 +217,8 @@ def run_partition(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: s
     if record.well_conditioned is not None and not record.well_conditioned(rounded, kwargs):
         outcome.status = "ill_conditioned"
         return outcome
-    kw = {**kwargs, "num_tokens": N, "num_seqs": S}
+    stats = _step_statistics(record, adapter, rounded, dtype)
+    kw = {**kwargs, **stats}
     B1 = args["mask"].shape[0]
 
     def part(s: slice) -> dict[str, Any]:
@@ -200,11 +233,14 @@ def run_partition(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: s
         return _not_implemented(outcome, exc)
     except TypeError as exc:
         outcome.status = "not_implemented"
-        outcome.message = f"{record.function} does not take num_tokens/num_seqs: {type(exc).__name__}: {exc}"
+        outcome.message = (f"{record.function} does not take {'/'.join(record.partition_keywords)}: "
+                           f"{type(exc).__name__}: {exc}")
         return outcome
     except Exception as exc:
         outcome.status, outcome.message = "error", f"micro-batch call: {type(exc).__name__}: {exc}"
         return outcome
+    if record.output != "scalar":
+        return _joined_rows(record, outcome, whole_values, parts, slices, stats)
     part_values = np.array([float(np.reshape(v[0], ())) for v, _ in parts])
     total = float(part_values.sum())
     whole = float(np.reshape(whole_values[0], ()))
@@ -226,7 +262,25 @@ def run_partition(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: s
         outcome.status = "fail"
         outcome.message = (
             f"micro-batches of rows {[(s.start, s.stop) for s in slices]} (the last one fully masked), "
-            f"each called with num_tokens={N}, num_seqs={S}, do not sum to the whole batch"
+            f"each called with {_describe_statistics(stats)}, do not sum to the whole batch"
+        )
+    return outcome
+
+
+def _joined_rows(record: QuantityInfo, outcome: Outcome, whole_values: tuple[np.ndarray, ...],
+                 parts: list[tuple[tuple[np.ndarray, ...], Any]], slices: list[slice], stats: dict[str, Any]) -> Outcome:
+    """A per-row output (entropy_top_mask): the parts' rows, joined in order, == the whole batch's."""
+    tol = _tol(record, outcome, "value")
+    joined = tuple(np.concatenate([v[i] for v, _ in parts], axis=0) for i in range(len(whole_values)))
+    for name, a, e in zip(_names(record), joined, whole_values):
+        _record(outcome, compare(a, e, tol, what=f"{name} (micro-batches joined vs whole batch)"), a, e, tol)
+    outcome.observed = joined
+    if outcome.mismatches:
+        outcome.status = "fail"
+        outcome.message = (
+            f"micro-batches of rows {[(s.start, s.stop) for s in slices]} (the last one fully masked), "
+            f"each called with {_describe_statistics(stats)}, do not give the whole batch's rows: a part's "
+            "result depends on its own rows beyond the statistics passed (e.g. a quantile of the part's own tokens)"
         )
     return outcome
 

@@ -13,6 +13,8 @@ What a record holds:
 - `invariants`: names of the metamorphic properties that apply (see `INVARIANTS`);
 - `stop_grad_args`: inputs the spec makes constants: no gradient may reach them through any output
   (the `invariant:detached` check, `conformance.invariants`);
+- `partition_stats`: the step statistics the `invariant:partition` check hands every part of a split
+  batch (the global counts `num_tokens` / `num_seqs` by default; `pooled_entropy` for entropy_top_mask);
 - `presets`: keyword sets from `oracle.presets.PRESETS` that apply to this function;
 - `question`: the keywords a conformance check passes to an adapter (what is asked: the estimator,
   the clip range, the aggregation mode); every other keyword is left at its canonical default;
@@ -50,7 +52,8 @@ INVARIANTS = {
 }
 
 # The global counts the `invariant:partition` check passes on top of the question keywords
-# (`conformance.invariants.run_partition`).
+# (`conformance.invariants.run_partition`); a record whose step statistic is something else names it
+# in `partition_stats` (entropy_top_mask: the pooled valid entropies of the step).
 PARTITION_KEYWORDS = ("num_tokens", "num_seqs")
 
 
@@ -66,6 +69,7 @@ class QuantityInfo:
     well_conditioned: Callable[[dict[str, Any], dict[str, Any]], bool] | None = None
     output: str = "array"  # "array", "pair" (gae), "scalar" (aggregate) or "mask" (bool [B, T])
     stop_grad_args: tuple[str, ...] = ()
+    partition_stats: tuple[str, ...] = PARTITION_KEYWORDS  # the step statistics invariant:partition passes
 
     @property
     def oracle(self) -> Callable[..., Any]:
@@ -94,7 +98,7 @@ class QuantityInfo:
     def partition_keywords(self) -> tuple[str, ...]:
         """The keywords the `invariant:partition` check passes on top of the question (none for a
         record without that check)."""
-        return PARTITION_KEYWORDS if "partition" in self.invariants else ()
+        return self.partition_stats if "partition" in self.invariants else ()
 
     def canonical_keywords(self) -> dict[str, Any]:
         """The oracle's keywords that a check never passes an adapter, with their canonical
@@ -305,6 +309,84 @@ def _dppo_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
     return ok and (cap is None or _far(np.exp(d), [cap]))
 
 
+def _covariance(args: dict[str, Any]) -> np.ndarray:
+    """(A − Ā)·(logp − l̄) at the valid tokens (row-major), the means over the valid tokens of the batch."""
+    mask = args["mask"]
+    A = np.broadcast_to(args["advantages"][:, None], mask.shape) if args["advantages"].ndim == 1 else args["advantages"]
+    a, lp = A[mask], args["logp"][mask]
+    return (a - a.mean()) * (lp - lp.mean())
+
+
+def _clip_cov_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    """Clip-Cov's candidates: every ratio off PPO's clip bounds and every covariance off the covariance
+    bounds (the draws are exact inputs: their ties are the spec's row-major rule, never rounding)."""
+    if not args["mask"].any():
+        return True
+    return (_ppo_conditioned(args, {"eps_low": kw.get("eps_low", 0.2), "eps_high": kw.get("eps_high", 0.2)})
+            and _far(_covariance(args), [kw.get("cov_low", 1.0), kw.get("cov_high", 5.0)]))
+
+
+def _kl_cov_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    """KL-Cov's top n: the n-th and (n+1)-th largest covariances apart (no near tie at the cut). The
+    |log-ratio| kink at 0 needs none: the sign of a difference of two rounded inputs is exact."""
+    if not args["mask"].any():
+        return True
+    cov = np.sort(_covariance(args))[::-1]
+    n = max(1, int(kw.get("fraction", 2e-4) * cov.size))
+    return n >= cov.size or cov[n - 1] - cov[n] > MARGIN * max(1.0, abs(cov[n - 1]))
+
+
+
+def _kl_loss_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    """kl.estimator's clamp kinks where the gradient reads them ("estimator", "bias_corrected"); the
+    straight-through and unbiased gradients w·d are continuous (their clamps act on the value only, and
+    w = min(r, cap) is a constant factor). abs's kink at d = 0 needs none: the sign of a difference of two
+    rounded inputs is exact."""
+    if kw.get("gradient", "estimator") in ("straight_through", "unbiased"):
+        return True
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in hostile cases: not near a kink
+        d = (args["logp"] - args["ref_logp"])[args["mask"]]
+    if kw.get("log_ratio_clamp") is not None:
+        c = kw["log_ratio_clamp"]
+        if not _far(d, [-c, c]):
+            return False
+        d = np.clip(d, -c, c)
+    if kw.get("clamp") is not None:
+        with np.errstate(over="ignore"):
+            k = {"k1": d, "k2": d * d / 2, "k3": np.expm1(-d) + d, "abs": np.abs(d)}[kw.get("estimator", "k3")]
+        return _far(k, [-kw["clamp"], kw["clamp"]])
+    return True
+
+
+def _entropy_mask_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    """The keep decision flips where a valid entropy lies within rounding distance of the threshold τ
+    (quantile(P, 1 − ρ) by linear interpolation, P the batch's valid entropies). A tie at τ (ρ = 0 or 1,
+    an order statistic, equal neighbours) is one too: its decision (kept, ≥) is pinned by golden
+    vectors of exact dyadic values, not compared across precisions."""
+    mask = args["mask"]
+    H = args["entropy"][mask]
+    pooled = kw.get("pooled_entropy")
+    P = np.sort(H if pooled is None else np.asarray(pooled, dtype=np.float64))
+    if P.size == 0 or H.size == 0:
+        return True
+    p = (1.0 - kw.get("rho", 1.0)) * (P.size - 1)
+    i = min(int(np.floor(p)), P.size - 1)
+    tau = P[i] if p == i else P[i] + (p - i) * (P[i + 1] - P[i])
+    return _far(H, [float(tau)])
+
+
+def _gdpo_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+    """GDPO's batch normalisation divides the spread of s = Σ_k w_k·z_k: when the weighted z-scores nearly
+    cancel (s of the size of eps's effect on them) the result is a ratio of rounding-sized differences.
+    Either s is exactly constant (the output is exactly 0) or its spread is well above that size."""
+    if not kw.get("batch_normalize", True):
+        return True
+    s = oracle.gdpo_advantages(args["rewards"], args["group_size"], **{**kw, "batch_normalize": False})
+    weights = kw.get("reward_weights") or [1.0] * args["rewards"].shape[1]
+    spread = float(np.ptp(s)) if s.size else 0.0
+    return spread == 0.0 or spread > 1e-3 * sum(abs(w) for w in weights)
+
+
 REGISTRY: tuple[QuantityInfo, ...] = (
     QuantityInfo(
         "token_logprobs", "logprob.token", grad_args=("logits",), question=("temperature",)
@@ -332,7 +414,11 @@ REGISTRY: tuple[QuantityInfo, ...] = (
         stop_grad_args=("rewards",),
     ),
     QuantityInfo(
-        "rloo_advantages", "adv.rloo", invariants=("group_permutation",), stop_grad_args=("rewards",)
+        "rloo_advantages",
+        "adv.rloo",
+        invariants=("group_permutation",),
+        stop_grad_args=("rewards",),
+        variants={"singleton": ("zero", "raw")},  # spec v1.1: verl's loop rloo leaves a singleton's score
     ),
     QuantityInfo(
         "grpo_advantages",
@@ -519,6 +605,164 @@ REGISTRY: tuple[QuantityInfo, ...] = (
         invariants=("mask", "on_policy"),
         question=("k_pos", "lambda_pos", "k_neg", "lambda_neg"),
         variants={"log_ratio_clamp": (None, 20.0), "w_min": (None, 1e-8), "w_max": (None, float(np.exp(20.0)))},
+    ),
+    # spec v1.1: advantage estimators (api.md "Spec v1.1: advantage estimators"). Constants: no gradient;
+    # the group estimators hold under a permutation of each group's members (ties included: a shared
+    # maximum gives pass@k 0 whichever member the tie rule names).
+    QuantityInfo(
+        "reinforce_pp_advantages",
+        "adv.reinforce_pp",
+        output="pair",
+        question=("gamma",),
+        variants={"gap": ("skip", "reset", "discount"), "std_ddof": (1, 0)},
+        stop_grad_args=("token_rewards",),
+    ),
+    QuantityInfo(
+        "reinforce_pp_baseline_advantages",
+        "adv.reinforce_pp_baseline",
+        invariants=("group_permutation",),
+        variants={"level": ("token", "sequence"), "std_ddof": (1, 0), "eps": (1e-8, 1e-4), "singleton": ("zero", "raw")},
+        stop_grad_args=("rewards",),
+    ),
+    QuantityInfo(
+        "remax_advantages",
+        "adv.remax",
+        invariants=("group_permutation",),
+        stop_grad_args=("rewards", "greedy_rewards"),
+    ),
+    QuantityInfo(
+        "opo_advantages",
+        "adv.opo",
+        invariants=("group_permutation",),
+        variants={"singleton": ("zero", "raw")},
+        stop_grad_args=("rewards",),
+    ),
+    QuantityInfo(
+        "grpo_passk_advantages",
+        "adv.grpo_passk",
+        invariants=("group_permutation",),
+        question=("scale",),
+        variants={"std_ddof": (1, 0), "eps": (1e-6, 1e-4, 1e-8)},
+        stop_grad_args=("rewards",),
+    ),
+    QuantityInfo(
+        "gdpo_advantages",
+        "adv.gdpo",
+        invariants=("group_permutation",),
+        question=("reward_weights",),
+        variants={"eps": (1e-6, 1e-4, 1e-8), "std_ddof": (1, 0), "batch_normalize": (True, False),
+                  "singleton": ("zero", "raw")},
+        well_conditioned=_gdpo_conditioned,
+        stop_grad_args=("rewards",),
+    ),
+    QuantityInfo(
+        "maxrl_advantages",
+        "adv.maxrl",
+        invariants=("group_permutation",),
+        variants={"eps": (1e-6, 1e-8), "singleton": ("zero", "raw")},
+        stop_grad_args=("rewards",),
+    ),
+    QuantityInfo(
+        "gpg_advantages",
+        "adv.gpg",
+        invariants=("group_permutation",),
+        variants={"singleton": ("zero", "raw")},
+        stop_grad_args=("rewards",),
+    ),
+    # spec v1.1: reward shaping before the advantage (api.md "Spec v1.1: reward shaping"). Sequence-level
+    # [B] constants: no mask, no gradient. overlong_penalty's inputs are integers (no dtype to round to).
+    QuantityInfo(
+        "overlong_penalty",
+        "reward.overlong",
+        invariants=(),
+        question=("max_length", "buffer", "factor"),
+        variants={"beyond": ("floor", "linear")},
+    ),
+    QuantityInfo(
+        "shaped_rewards",
+        "reward.shaping",
+        invariants=(),
+        question=("truncated_scale", "truncated_value", "truncated_shift", "clip_low", "clip_high"),
+        stop_grad_args=("rewards",),
+    ),
+    # spec v1.1: the KL term in a loss (api.md "Spec v1.1: the KL term in a loss"). The variant grid
+    # names the gradient form an adapter computes (the asked estimator is kept: a grid value would pin
+    # one estimator for every case of a row that asks several).
+    QuantityInfo(
+        "kl_loss_term",
+        "kl.loss",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy"),
+        question=("estimator", "gradient"),
+        variants={
+            "gradient": ("estimator", "straight_through", "unbiased", "bias_corrected"),
+            "log_ratio_clamp": (None, 20.0),
+            "clamp": (None, 10.0),
+            "weight_cap": (10.0, None),
+        },
+        well_conditioned=_kl_loss_conditioned,
+        stop_grad_args=("ref_logp", "old_logp"),
+    ),
+    # spec v1.1: covariance-selected tokens (api.md "Spec v1.1: covariance-selected tokens")
+    QuantityInfo(
+        "clip_cov_mask",
+        "select.clip_cov",
+        invariants=("mask", "on_policy"),
+        question=("fraction", "cov_low", "cov_high", "eps_low", "eps_high"),
+        well_conditioned=_clip_cov_conditioned,
+        output="mask",
+    ),
+    QuantityInfo(
+        "kl_cov_token_loss",
+        "loss.kl_cov",
+        grad_args=("logp",),
+        invariants=("mask", "on_policy"),
+        question=("fraction", "coef"),
+        well_conditioned=_kl_cov_conditioned,
+    ),
+    # spec v1.1: entropy terms and coefficient controllers (api.md "Spec v1.1: entropy terms and
+    # coefficient controllers"). The high-entropy mask's step statistic is the pooled valid entropies of
+    # every part (as num_tokens is for aggregate): its invariant:partition check passes them to each part.
+    QuantityInfo(
+        "entropy_top_mask",
+        "entropy.top_mask",
+        invariants=("mask", "partition"),
+        question=("rho",),
+        well_conditioned=_entropy_mask_conditioned,
+        output="mask",
+        partition_stats=("pooled_entropy",),
+    ),
+    QuantityInfo(
+        "entropy_bonus",
+        "loss.entropy",
+        grad_args=("entropy",),
+        invariants=("mask", "partition"),
+        question=("entropy_coef", "mode", "norm_length"),
+        output="scalar",
+    ),
+    QuantityInfo(
+        "kl_controller_update",
+        "ctrl.kl",
+        dtypes=("float64", "float32"),  # scalars (Python floats) either way: the dtype picks the tolerance class
+        invariants=(),
+        question=("target", "horizon"),
+        output="scalar",
+    ),
+    QuantityInfo(
+        "entropy_coef_update",
+        "ctrl.entropy",
+        dtypes=("float64", "float32"),
+        invariants=(),
+        question=("target", "delta", "coef_min", "coef_max"),
+        output="scalar",
+    ),
+    QuantityInfo(
+        "entropy_coef_applied",
+        "ctrl.entropy",
+        dtypes=("float64", "float32"),
+        invariants=(),
+        question=("target",),
+        output="scalar",
     ),
     QuantityInfo(
         "corrected_policy_loss",

@@ -1,9 +1,12 @@
 """TRL checks that are not single core-API functions: the GRPO loss of every ``loss_type`` (value and
-gradient), TRL's bfloat16 paths, and TRL's free helpers (``nanstd``, ``selective_log_softmax_and_entropy``).
+gradient), TRL's bfloat16 paths, and TRL's free helpers (``nanstd``, ``selective_log_softmax_and_entropy``)
+and reward functions (``get_soft_overlong_punishment`` at every length around DAPO eq. 13's boundaries,
+``trl.get_soft_overlong_punishment``; spec v1.1 reward.overlong).
 
 Entry point: ``extra_rows(adapter, seed) -> list[RowResult]`` (``adapter`` is a
 ``conformance.adapters.trl_adapter.TRLAdapter``), rows with ids like ``trl.grpo_loss[dapo,beta=0.04]``,
-``trl.rloo_loss[beta=0]``, ``trl.token_logprobs[bfloat16]``, ``trl.nanstd``.
+``trl.rloo_loss[beta=0]``, ``trl.token_logprobs[bfloat16]``, ``trl.nanstd``,
+``trl.get_high_entropy_mask[ranks=3,rho=0.2]``, ``trl.adaptive_entropy[rises,applied]``.
 
 How a GRPO loss row is checked
 ------------------------------
@@ -25,7 +28,8 @@ How a GRPO loss row is checked
    (dL/d logits chained through the LM-head GEMM, since TRL never materialises the logits).
 5. The first composition that matches value and every gradient decides the status: the canonical
    one (``pass``), else a named variant (``preset``, e.g. CISPO's absolute bound, TRL's KL times the
-   importance ratio), else ``fail`` with the canonical mismatch.
+   importance ratio: spec v1.1 ``kl_loss_term(gradient="bias_corrected")``, or k3 times GSPO's s_b at
+   ``importance_sampling_level="sequence"``), else ``fail`` with the canonical mismatch.
 
 Spec v1.1 policy losses in the loss
 -----------------------------------
@@ -39,6 +43,21 @@ GRPOConfig's ``vespo_*`` (its gamma weight phi(w), :2972-3018; TRL's log-ratio c
 on-policy phi(1) = 1 and it is ``pg_token_loss``. The installed TRL's loss types are ``adapter.grpo_loss_types()`` (the
 ``GRPOConfig`` help and the branches of ``_compute_loss``); one without a configuration here gets a
 "not implemented" row saying so (``extra_rows``).
+
+Entropy terms and the adaptive entropy controller (spec v1.1)
+--------------------------------------------------------------
+With ``entropy_coef`` the loss gets ``entropy_bonus(H, mask, mode="token_mean")`` whatever ``loss_type``
+(``grpo_trainer.py:3186-3211``; H = ``token_entropy_from_hidden`` of the hidden states TRL saw); with
+``top_entropy_quantile < 1`` the policy token loss (not the KL term) is multiplied by
+``entropy_top_mask(H, mask, rho=top_entropy_quantile)`` (:3049-3052, :3143-3144) and the bonus acts on
+``mask & keep`` only (``entropy_terms``). ``trl.get_high_entropy_mask[ranks=3,rho=*]`` rows call
+``get_high_entropy_mask`` as each of three simulated data-parallel ranks (its accelerator gathers the other
+ranks' ``entropies[mask].float()``, ``SimulatedRanks`` of the adapter) and compare the joined masks with
+``entropy_top_mask`` of the whole batch; the batches are built so that per-rank quantiles give other
+masks. ``trl.get_high_entropy_mask[pool>2^24]`` gathers a pool beyond ``torch.quantile``'s 2**24
+elements. ``trl.adaptive_entropy[*]`` rows run ``_compute_loss`` with ``use_adaptive_entropy=True`` from a
+set controller state and compare the coefficient TRL stores with ``entropy_coef_update`` and the one it
+applies (read from the gradient w.r.t. the entropies) with ``entropy_coef_applied``.
 
 Rollout corrections (spec v1.1) in the loss
 -------------------------------------------
@@ -322,8 +341,12 @@ def ratio_piece(lp, old, m, level: str) -> Piece:
 
 
 def kl_piece(lp, ref, old, m, *, times_ratio: str | None) -> Piece:
-    """Schulman's k3 (``kl_penalty(..., estimator="k3")``), optionally times the importance ratio
-    (TRL's ``use_bias_correction_kl``), with the product rule for the gradient."""
+    """Schulman's k3 (``kl_penalty(..., estimator="k3")``), optionally times the importance ratio (TRL's
+    ``use_bias_correction_kl``): the token's ratio is spec v1.1 ``kl_loss_term(gradient="bias_corrected")``;
+    GSPO's sequence ratio (``"sequence"``) is the composition k3·s_b with the product rule."""
+    if times_ratio == "token":
+        kw = {"estimator": "k3", "gradient": "bias_corrected"}
+        return Piece(oracle.kl_loss_term(lp, ref, m, old, **kw), lambda u: oracle.kl_loss_term_grad(lp, ref, m, old, u, **kw))
     k = oracle.kl_penalty(lp, ref, m, estimator="k3")
 
     def k_vjp(u: np.ndarray) -> np.ndarray:
@@ -455,15 +478,15 @@ def _kl_options(run: dict[str, Any]) -> list[_Option]:
     beta = run["beta"]
     if beta == 0.0:
         return [_Option("", None, {}, "", "")]
-    level = "sequence" if run["importance_sampling_level"] == "sequence" else "token"
-    ratio = "s_b" if level == "sequence" else "r_t"
-    return [
-        # grpo_trainer.py:3100-3102: k3 = exp(ref - logp) - (ref - logp) - 1
-        _Option("", None, {}, f" + {beta:g}*kl_penalty(estimator='k3')", "kl.estimator", kl="plain"),
-        # grpo_trainer.py:3104-3105 with use_bias_correction_kl=True (the default, grpo_config.py:972)
-        _Option("KL x importance ratio", "trl", {"kl": f"k3 * {ratio} (use_bias_correction_kl)"},
-                f" + {beta:g}*kl_penalty(estimator='k3')*{ratio}", "kl.estimator", kl=level),
-    ]
+    plain = _Option("", None, {}, f" + {beta:g}*kl_penalty(estimator='k3')", "kl.estimator", kl="plain")
+    # grpo_trainer.py:3100-3102: k3 = exp(ref - logp) - (ref - logp) - 1; :3104-3105 with use_bias_correction_kl=True
+    # (the default, grpo_config.py:972): times coef_1, the token's ratio r_t (spec v1.1 kl.loss, preset trl) or,
+    # at importance_sampling_level="sequence", GSPO's s_b (:3086-3088; no spec function: the composition k3 * s_b)
+    if run["importance_sampling_level"] == "sequence":
+        return [plain, _Option("KL x importance ratio", "trl", {"kl": "k3 * s_b (use_bias_correction_kl)"},
+                               f" + {beta:g}*kl_penalty(estimator='k3')*s_b", "kl.estimator", kl="sequence")]
+    return [plain, _Option("KL x importance ratio", "trl", {"gradient": "bias_corrected"},
+                           f" + {beta:g}*kl_loss_term(estimator='k3', gradient='bias_corrected')", "kl.loss", kl="token")]
 
 
 def is_kwargs(run: dict[str, Any]) -> dict[str, Any] | None:
@@ -514,11 +537,18 @@ def compositions(run: dict[str, Any], *, on_policy: bool) -> list[Composition]:
     agg = _agg_kwargs(run)
     factor, factor_formula, factor_ids = correction(run)
     out = []
+    rho = run.get("top_entropy_quantile", 1.0)
+    keep_formula = f"keep_H[entropy_top_mask(H, mask, rho={rho:g})]*" if rho < 1.0 else ""
     for pol, kl in itertools.product(policies, _kl_options(run)):
-        formula = f"aggregate({factor_formula}{pol.formula}{kl.formula}, {', '.join(f'{k}={v!r}' for k, v in agg.items())})"
+        formula = (f"aggregate({factor_formula}{keep_formula}{pol.formula}{kl.formula}, "
+                   f"{', '.join(f'{k}={v!r}' for k, v in agg.items())})")
         if run["entropy_coef"]:
-            formula += f" - {run['entropy_coef']:g}*aggregate(token_entropy_from_hidden, mode='token_mean')"
-        spec_ids = factor_ids + [pol.spec_id, kl.spec_id, "agg", "logprob.entropy" if run["entropy_coef"] else "", "logprob.fused"]
+            # grpo_trainer.py:3186-3211: the bonus is the token mean whatever loss_type, over mask * entropy_mask
+            formula += (f" + entropy_bonus(H, mask{' & keep_H' if keep_formula else ''}, "
+                        f"entropy_coef={run['entropy_coef']:g}, mode='token_mean')")
+        spec_ids = factor_ids + (["entropy.top_mask"] if keep_formula else []) + [
+            pol.spec_id, kl.spec_id, "agg", "loss.entropy" if run["entropy_coef"] else "",
+            "logprob.entropy" if run["entropy_coef"] or keep_formula else "", "logprob.fused"]
         presets = {x for x in (pol.preset, kl.preset) if x}
         out.append(Composition(
             label=", ".join(x for x in (pol.label, kl.label) if x) or "canonical",
@@ -548,6 +578,25 @@ def compositions(run: dict[str, Any], *, on_policy: bool) -> list[Composition]:
     return out + contrasts
 
 
+def entropy_terms(run: dict[str, Any]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(H, keep_H): the oracle's token entropies from the hidden states TRL saw (when the run has an entropy
+    bonus or a top-ρ mask) and the top-ρ keep mask (``top_entropy_quantile < 1``, else None). The keep mask
+    is compared across TRL's float32 entropies and the oracle's float64 ones: a batch with a valid entropy
+    within rounding distance of the threshold is refused (ValueError)."""
+    rho, coef = run.get("top_entropy_quantile", 1.0), run["entropy_coef"]
+    if not coef and rho >= 1.0:
+        return None, None
+    m = run["mask"]
+    H = oracle.token_entropy_from_hidden(run["hidden"], run["weight"], m, temperature=run["temperature"])
+    if rho >= 1.0:
+        return H, None
+    from conformance.registry import BY_FUNCTION
+
+    if not BY_FUNCTION["entropy_top_mask"].well_conditioned({"entropy": H, "mask": m}, {"rho": rho}):
+        raise ValueError(f"a valid entropy of this batch lies within rounding distance of the top-{rho:g} threshold")
+    return H, oracle.entropy_top_mask(H, m, rho=rho)
+
+
 @dataclass
 class Evaluated:
     loss: float
@@ -563,6 +612,9 @@ def evaluate(run: dict[str, Any], comp: Composition) -> Evaluated:
     ids, m, tau = run["input_ids"], run["mask"], run["temperature"]
     lp = oracle.token_logprobs_from_hidden(h, W, ids, m, temperature=tau)
     pol = comp.policy(lp)
+    H, keep = entropy_terms(run)
+    if keep is not None:  # grpo_trainer.py:3049-3052, :3143-3144: per_token_loss * entropy_mask (not the KL)
+        pol = scaled(pol, keep.astype(np.float64))
     f = comp.correction(lp) if comp.correction is not None else None
     if f is not None:  # grpo_trainer.py:3140-3147: per_token_loss * off_policy_mask * importance_sampling_ratio
         pol = scaled(pol, f)
@@ -586,10 +638,12 @@ def evaluate(run: dict[str, Any], comp: Composition) -> Evaluated:
     g_ent = np.zeros_like(g_lp)
     coef = run["entropy_coef"]
     if coef:
-        # grpo_trainer.py:3186-3215: loss - coef * (masked mean entropy) / GA
-        H = oracle.token_entropy_from_hidden(h, W, m, temperature=tau)
-        loss = loss - coef * oracle.aggregate(H, m, mode="token_mean")
-        g_ent = -coef * oracle.aggregate_grad(H, m, 1.0, mode="token_mean")
+        # grpo_trainer.py:3186-3211: loss - coef * (entropies * effective_mask).sum() / effective_mask.sum() / GA,
+        # effective_mask = mask * entropy_mask: entropy_bonus over those tokens, token_mean (GA = 1 here)
+        effective = m if keep is None else m & keep
+        bonus_kw = dict(entropy_coef=coef, mode="token_mean")
+        loss = loss + oracle.entropy_bonus(H, effective, **bonus_kw)
+        g_ent = oracle.entropy_bonus_grad(H, effective, 1.0, **bonus_kw)
         eh, ew = oracle.token_entropy_from_hidden_grad(h, W, m, g_ent, temperature=tau)
         g_h, g_w = g_h + eh, g_w + ew
     return Evaluated(float(loss), g_lp, g_ent, g_h, g_w)
@@ -705,6 +759,11 @@ def loss_configs() -> list[LossConfig]:
         _cfg("dapo", delta=1.5),
         _cfg("dapo", temperature=0.7),
         _cfg("dapo", entropy_coef=0.01),
+        # spec v1.1 entropy terms: the bonus is a token mean whatever loss_type (grpo reduces its policy term
+        # seq_mean_token_mean); the top-rho mask multiplies the policy term (not the KL) and restricts the bonus
+        _cfg("grpo", entropy_coef=0.01),
+        _cfg("dapo", top_entropy_quantile=0.2),
+        _cfg("dapo", beta=BETA, entropy_coef=0.01, top_entropy_quantile=0.5),
         LossConfig("dapo", per_token_advantages=True),
         _cfg("luspo"),  # the config default importance_sampling_level="token" (a warning, :916-920): ppo + seq_mean_token_sum
         _cfg("sapo", sapo_temperature_pos=0.5, sapo_temperature_neg=2.0),  # tau read from GRPOConfig
@@ -812,6 +871,7 @@ def check_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> RowResult:
                     row.status = match_status(comp.preset)
                     row.matched_preset = comp.preset
                     row.matched_kwargs = comp.kwargs
+                    row.spec_id = comp.spec_id  # the quantities of the matched composition (kl.loss for TRL's KL)
                     row.message = f"matches {'preset ' + comp.preset if comp.preset else 'variant'} ({comp.label}), not canonical: {comp.formula}"
                 if not comp.value_checked:
                     row.status = "not_implemented"
@@ -906,6 +966,41 @@ def check_rloo_loss(adapter: Any, seed: int) -> RowResult:
 # TRL's free helpers (its bfloat16 paths are the core rows' bfloat16 cases: precision findings)
 # ---------------------------------------------------------------------------------------------
 
+# (max_completion_len, soft_punish_cache): the docstring's example (100, 20), a short ramp, the hard step
+# (cache 0) and a ramp over the whole budget (cache = max)
+SOFT_OVERLONG_CONFIGS = ((100, 20), (8, 3), (8, 0), (6, 6))
+
+
+def soft_overlong_row(adapter: Any) -> RowResult:
+    """``trl.rewards.get_soft_overlong_punishment`` on every completion length from 0 to
+    ``max_completion_len + 3``: each boundary of DAPO eq. 13 (0 at and below L_max - L_cache, exactly -1 at
+    L_max, -1 beyond) against ``overlong_penalty`` canonical (floor) with factor 1; the row's message says
+    whether the no-floor line (verl's ``beyond="linear"``) would also match."""
+    t0 = time.perf_counter()
+    row = RowResult(id="trl.get_soft_overlong_punishment", spec_id="reward.overlong", function="trl.get_soft_overlong_punishment",
+                    adapter=adapter.name, status="pass")
+    c, linear = Comparison(), Comparison()
+    tol = tolerance("reward.overlong", "float64")
+    for max_len, cache in SOFT_OVERLONG_CONFIGS:
+        lengths = np.arange(0, max_len + 4)
+        got = adapter.soft_overlong_punishment([[0] * int(n) for n in lengths], max_len, cache)
+        c.add(f"value[{max_len},{cache}]", got, oracle.overlong_penalty(lengths, max_length=max_len, buffer=cache), tol)
+        if cache:
+            linear.add(f"linear[{max_len},{cache}]", got,
+                       oracle.overlong_penalty(lengths, max_length=max_len, buffer=cache, beyond="linear"), tol)
+    row.n_cases = len(SOFT_OVERLONG_CONFIGS)
+    row.max_abs_err, row.max_rel_err = c.max_abs, c.max_rel
+    row.checks = {"value": "pass" if c.ok else "fail"}
+    if not c.ok:
+        row.status = "fail"
+        row.message = "\n".join(m.describe() for m in c.mismatches)
+    else:
+        row.message = ("= overlong_penalty(max_length, buffer, factor=1.0) at every length 0 .. L_max + 3 "
+                       f"(the floor -1 beyond L_max; beyond='linear' {'also matches' if linear.ok else 'does not'})")
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
 def nanstd_row(adapter: Any, seed: int) -> RowResult:
     """``trl.trainer.utils.nanstd`` is the spec's std with ddof = 1 (api.md, adv.grpo), ignoring NaNs."""
     t0 = time.perf_counter()
@@ -967,14 +1062,192 @@ def fused_softmax_entropy_row(adapter: Any, seed: int, n_seeds: int = 4) -> RowR
 
 
 # ---------------------------------------------------------------------------------------------
+# Spec v1.1 entropy terms outside the loss: get_high_entropy_mask over data-parallel ranks (a simulated
+# all-gather), its pool size limit, and the adaptive entropy controller of _compute_loss
+# ---------------------------------------------------------------------------------------------
+
+# The batch of the multi-rank mask rows: 7 rows over 3 ranks holding 3, 2 and 2 rows (the last row empty);
+# rank 0's tokens are uncertain, rank 1's confident, rank 2's in between, so a per-rank quantile differs.
+MASK_RANKS = ((0, 3), (3, 5), (5, 7))
+MASK_RANK_SCALES = (2.0, 0.1, 0.5)
+N_MASK_SEEDS = 4
+ENTROPY_MASK_RHOS = (0.2, 0.5, 0.8)
+
+
+def entropy_mask_batch(seed: int, rho: float) -> tuple[np.ndarray, np.ndarray]:
+    """(entropies [7, 9] float32-exact float64, mask [7, 9]) with every valid entropy off the top-rho
+    threshold of the whole batch (the registry's conditioning)."""
+    from conformance import cases
+    from conformance.registry import BY_FUNCTION
+
+    rng = np.random.default_rng(seed)
+    for _ in range(100):
+        m = cases.ragged_mask(rng, 7, 9, empty_rows=False)
+        m[6] = False
+        H = np.concatenate([rng.exponential(scale, size=(stop - start, 9))
+                            for (start, stop), scale in zip(MASK_RANKS, MASK_RANK_SCALES)])
+        H = H.astype(np.float32).astype(np.float64)  # what TRL holds (float32 entropies of the fused head)
+        if BY_FUNCTION["entropy_top_mask"].well_conditioned({"entropy": H, "mask": m}, {"rho": rho}):
+            return H, m
+    raise RuntimeError("entropy_mask_batch: no batch away from the threshold")
+
+
+def entropy_mask_row(adapter: Any, rho: float, seed: int) -> RowResult:
+    """Each of 3 simulated ranks calls ``get_high_entropy_mask`` on its rows, its accelerator gathering the
+    other ranks' ``entropies[mask].float()``: the ranks' masks, joined, must be ``entropy_top_mask`` of the
+    whole batch (the all-gather makes TRL's quantile the batch's). A per-rank quantile (ms-swift, TRL before
+    trl#3833) is the contrast the message reports."""
+    t0 = time.perf_counter()
+    row_id = f"trl.get_high_entropy_mask[ranks=3,rho={rho:g}]"
+    row = RowResult(id=row_id, spec_id="entropy.top_mask", function="trl.get_high_entropy_mask", adapter=adapter.name,
+                    status="pass", seeds=seeds_for(row_id, seed, N_MASK_SEEDS), n_cases=N_MASK_SEEDS)
+    try:
+        c, told_apart = Comparison(), 0
+        for s in row.seeds:
+            H, m = entropy_mask_batch(s, rho)
+            parts = [(torch.tensor(H[a:b], dtype=torch.float32), torch.tensor(m[a:b]).long()) for a, b in MASK_RANKS]
+            local = [h[k.bool()] for h, k in parts]  # each rank's entropies[mask].float()
+            joined = np.concatenate([
+                adapter.high_entropy_mask(h, k, 1.0 - rho, [x for j, x in enumerate(local) if j != r], rank=r).numpy()
+                for r, (h, k) in enumerate(parts)])
+            expected = oracle.entropy_top_mask(H, m, rho=rho)
+            per_rank = np.concatenate([oracle.entropy_top_mask(H[a:b], m[a:b], rho=rho) for a, b in MASK_RANKS])
+            told_apart += int(not np.array_equal(per_rank, expected))
+            c.add(f"mask[seed {s}]", joined.astype(np.float64), expected.astype(np.float64), Tol(0.0, 0.0, "a keep mask"))
+        row.checks = {"value": "pass" if c.ok else "fail"}
+        row.max_abs_err, row.max_rel_err = c.max_abs, c.max_rel
+        contrast = (f"not a per-rank quantile: the ranks' own quantiles give another mask in {told_apart} of "
+                    f"{N_MASK_SEEDS} batches")
+        if c.ok:
+            row.message = f"= entropy_top_mask(whole batch, rho={rho:g}) on every rank's rows\n{contrast}"
+        else:
+            row.status = "fail"
+            row.message = "\n".join([f"entropy_top_mask(whole batch, rho={rho:g}):"] + [x.describe() for x in c.mismatches]
+                                    + [contrast])
+    except Exception as exc:  # an adapter failure is a row, not a crash
+        row.status, row.message = "error", f"{type(exc).__name__}: {exc}"
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
+def entropy_mask_pool_limit_row(adapter: Any) -> RowResult:
+    """A batch whose pool over the ranks holds 2**24 + 3 valid entropies (the other rank's 2**24, k/2**24):
+    the spec's mask is defined (refimpl computes it with kthvalue); TRL's ``torch.quantile`` of the gathered
+    pool refuses more than 2**24 elements."""
+    import refimpl
+
+    t0 = time.perf_counter()
+    row = RowResult(id="trl.get_high_entropy_mask[pool>2^24]", spec_id="entropy.top_mask",
+                    function="trl.get_high_entropy_mask", adapter=adapter.name, status="pass", n_cases=1)
+    n = 2**24
+    other = torch.arange(n, dtype=torch.float32) / n
+    H = torch.tensor([[0.0, 0.25, 0.5, 0.875]])
+    m = torch.tensor([[False, True, True, True]])
+    expected = refimpl.entropy_top_mask(H, m, rho=0.5, pooled_entropy=torch.cat([other.double(), H[m].double()]))
+    try:
+        got = adapter.high_entropy_mask(H, m.long(), 0.5, [other])
+    except Exception as exc:  # noqa: BLE001 - TRL's failure on a valid batch is the row's verdict
+        row.status = "error"
+        row.checks = {"value": "error"}
+        row.message = (f"{type(exc).__name__}: {exc} (grpo_trainer.py:1413, torch.quantile of the gathered pool of "
+                       f"{n + 3} valid entropies; torch.quantile accepts at most 2**24 = {n}). The spec's mask is "
+                       f"defined: {expected.int().tolist()} (refimpl, kthvalue)")
+    else:
+        ok = torch.equal(got.bool(), expected)
+        row.status, row.checks = ("pass" if ok else "fail"), {"value": "pass" if ok else "fail"}
+        row.message = f"TRL {got.int().tolist()}, spec {expected.int().tolist()}"
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
+@dataclass(frozen=True)
+class AdaptiveEntropyCase:
+    """One optimizer step of TRL's adaptive entropy control from the controller state (coef, last_entropy)."""
+
+    label: str
+    config: tuple[tuple[str, Any], ...]
+    coef: float
+    last_entropy: float
+
+    @property
+    def row_id(self) -> str:
+        return f"trl.adaptive_entropy[{self.label}]"
+
+
+def adaptive_entropy_cases() -> list[AdaptiveEntropyCase]:
+    """The batch's token entropies are about 1-3 nats: a target of 10 is above them (the coefficient rises),
+    TRL's default 0.2 below (it falls); the previous step's entropy decides whether the bonus applies."""
+    def case(label: str, coef: float, last: float, **config: Any) -> AdaptiveEntropyCase:
+        return AdaptiveEntropyCase(label, tuple(sorted(config.items())), coef, last)
+
+    return [
+        case("rises,applied", 0.01, 0.5, entropy_target=10.0),
+        case("falls,first step", 0.01, math.inf),
+        case("rises to coef_max,applied", 0.01, 5.0, entropy_target=10.0, entropy_coef_max=0.012),
+        case("falls to coef_min,applied", 0.01, 0.1, entropy_coef_min=0.008),
+        case("falls,not applied", 0.02, 0.3),  # default target 0.2: below the measured H and the previous 0.3
+        case("top_entropy_quantile=0.2", 0.02, 3.0, entropy_target=10.0, top_entropy_quantile=0.2),
+    ]
+
+
+def adaptive_entropy_row(adapter: Any, case: AdaptiveEntropyCase, seed: int) -> RowResult:
+    """``_compute_loss`` with ``use_adaptive_entropy=True`` from the controller state of ``case``: the
+    coefficient TRL stores after the step is ``entropy_coef_update(coef, H)`` with H the entropy it measured
+    (checked against the oracle's token mean of H over the bonus's tokens), and the coefficient the step
+    applies (read from the gradient w.r.t. the entropies: -coef_applied / N on each of the N tokens) is
+    ``entropy_coef_applied(coef, last_entropy)``."""
+    t0 = time.perf_counter()
+    row = RowResult(id=case.row_id, spec_id="ctrl.entropy", function="trl.adaptive_entropy", adapter=adapter.name,
+                    status="pass", seeds=[seed], n_cases=1)
+    try:
+        config = dict(case.config, loss_type="dapo", beta=0.0, use_adaptive_entropy=True, entropy_coef=case.coef,
+                      max_completion_length=MAX_COMPLETION_LENGTH)
+        batch = make_batch(seed)
+        logp = adapter.grpo_current_logps(batch, **config)
+        batch = add_old_and_ref(batch, logp, seed)
+        run = adapter.grpo_adaptive_entropy_step(batch, coef=case.coef, last_entropy=case.last_entropy, **config)
+        run = {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in run.items()}
+        run["top_entropy_quantile"] = dict(case.config).get("top_entropy_quantile", 1.0)
+        run["entropy_coef"] = case.coef
+        ctl = run["entropy_control"]
+        H, keep = entropy_terms(run)
+        effective = run["mask"] if keep is None else run["mask"] & keep
+        measured = run["world_entropy"]
+        if abs(measured - ctl["target"]) < 1e-3:
+            raise ValueError(f"the measured entropy {measured!r} is within 1e-3 of the target {ctl['target']!r}")
+        c = Comparison()
+        # grpo_trainer.py:3217-3230: the window's entropy sum over its token count (one micro-batch, one rank)
+        c.add("measured entropy", measured, oracle.aggregate(H, effective, mode="token_mean"),
+              tolerance("logprob.fused", "float32", "value"))
+        c.add("entropy_coef after the step", run["entropy_coef_after"],
+              oracle.entropy_coef_update(case.coef, measured, **ctl), Tol(1e-15, 0.0, "Python floats on both sides"))
+        applied = -float(np.where(run["mask"], run["grad_entropy"], 0.0).sum())
+        c.add("entropy_coef applied", applied, oracle.entropy_coef_applied(case.coef, case.last_entropy, target=ctl["target"]),
+              Tol(1e-5, 1e-9, "a sum of float32 gradients"))
+        row.checks = dict(c.checks)
+        row.max_abs_err, row.max_rel_err = c.max_abs, c.max_rel
+        formula = (f"entropy_coef_update({case.coef:g}, H={measured:.6g}, {_kw_text(ctl)}) and "
+                   f"entropy_coef_applied({case.coef:g}, last_entropy={case.last_entropy:g}, target={ctl['target']:g})")
+        if c.ok:
+            row.message = f"= {formula}"
+        else:
+            row.status = "fail"
+            row.message = "\n".join([f"{formula}:"] + [x.describe() for x in c.mismatches])
+    except Exception as exc:  # an adapter failure is a row, not a crash
+        row.status, row.message = "error", f"{type(exc).__name__}: {exc}"
+    row.seconds = time.perf_counter() - t0
+    return row
+
+
+# ---------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------
 
 
 def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
     """Every TRL-specific row: the GRPO loss configurations (plus a row for any ``loss_type`` the
-    installed TRL offers that this module has no configuration for), TRL's bfloat16 paths and its
-    free helpers."""
+    installed TRL offers that this module has no configuration for), TRL's bfloat16 paths, its
+    free helpers, the high-entropy mask over simulated ranks and the adaptive entropy controller."""
     configs = loss_configs()
     rows = [check_loss_config(adapter, cfg, seed) for cfg in configs]
     covered = {cfg.loss_type for cfg in configs}
@@ -985,9 +1258,14 @@ def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
                                   message=f"TRL {adapter.version} offers loss_type {lt!r}; rlspec has no composition for it yet"))
     rows.append(check_rloo_loss(adapter, seed))
     rows.append(nanstd_row(adapter, seed))
+    rows.append(soft_overlong_row(adapter))
     rows.append(fused_softmax_entropy_row(adapter, seed))
+    rows += [entropy_mask_row(adapter, rho, seed) for rho in ENTROPY_MASK_RHOS]
+    rows.append(entropy_mask_pool_limit_row(adapter))
+    rows += [adaptive_entropy_row(adapter, case, seed) for case in adaptive_entropy_cases()]
     return rows
 
 
 __all__ = ["extra_rows", "loss_configs", "offpolicy_configs", "check_loss_config", "check_rloo_loss", "run_loss_config",
-           "compositions", "contrasts", "make_batch", "add_rollout", "opsm_threshold"]
+           "compositions", "contrasts", "make_batch", "add_rollout", "opsm_threshold", "entropy_terms", "entropy_mask_row",
+           "entropy_mask_pool_limit_row", "adaptive_entropy_cases", "adaptive_entropy_row", "soft_overlong_row"]

@@ -9,8 +9,21 @@ written from the hand derivation, stop-gradients included. The contract is
 """
 
 from oracle.advantages import grpo_advantages, reinforce_advantages, rloo_advantages
+from oracle.estimators import (
+    gdpo_advantages,
+    gpg_advantages,
+    grpo_passk_advantages,
+    maxrl_advantages,
+    opo_advantages,
+    reinforce_pp_advantages,
+    reinforce_pp_baseline_advantages,
+    remax_advantages,
+)
 from oracle.aggregation import AGGREGATION_MODES, aggregate, aggregate_grad
 from oracle.composite import corrected_policy_loss, corrected_policy_loss_grad, policy_loss, policy_loss_grad
+from oracle.covariance import clip_cov_mask, kl_cov_token_loss, kl_cov_token_loss_grad
+from oracle.controllers import entropy_coef_applied, entropy_coef_update, kl_controller_update
+from oracle.entropy_terms import entropy_bonus, entropy_bonus_grad, entropy_top_mask
 from oracle.fused_head import (
     token_entropy_from_hidden,
     token_entropy_from_hidden_grad,
@@ -18,7 +31,7 @@ from oracle.fused_head import (
     token_logprobs_from_hidden_grad,
 )
 from oracle.gae import gae
-from oracle.kl import KL_ESTIMATORS, kl_penalty, kl_penalty_grad
+from oracle.kl import KL_ESTIMATORS, kl_loss_term, kl_loss_term_grad, kl_penalty, kl_penalty_grad
 from oracle.logprobs import token_entropy, token_entropy_grad, token_logprobs, token_logprobs_grad
 from oracle.metrics import ppo_clipped_mask
 from oracle.offpolicy import (
@@ -50,6 +63,7 @@ from oracle.policy_losses import (
     sapo_token_loss_grad,
 )
 from oracle.rewards import rlhf_token_rewards
+from oracle.reward_shaping import overlong_penalty, shaped_rewards
 from oracle.value_loss import value_token_loss, value_token_loss_grad
 from oracle.whiten import whiten
 
@@ -117,6 +131,33 @@ __all__ = [
     "dro_token_loss_grad",
     "vespo_token_loss",
     "vespo_token_loss_grad",
+    # adv.reinforce_pp ... adv.gpg (spec v1.1: advantage estimators)
+    "reinforce_pp_advantages",
+    "reinforce_pp_baseline_advantages",
+    "remax_advantages",
+    "opo_advantages",
+    "grpo_passk_advantages",
+    "gdpo_advantages",
+    "maxrl_advantages",
+    "gpg_advantages",
+    # kl.loss (spec v1.1: the KL term's value and gradient as it enters a loss)
+    "kl_loss_term",
+    "kl_loss_term_grad",
+    # select.clip_cov / loss.kl_cov (spec v1.1: covariance-selected tokens)
+    "clip_cov_mask",
+    "kl_cov_token_loss",
+    "kl_cov_token_loss_grad",
+    # entropy.top_mask / loss.entropy (spec v1.1: entropy terms)
+    "entropy_top_mask",
+    "entropy_bonus",
+    "entropy_bonus_grad",
+    # ctrl.kl / ctrl.entropy (spec v1.1: coefficient controllers)
+    "kl_controller_update",
+    "entropy_coef_update",
+    "entropy_coef_applied",
+    # reward.overlong / reward.shaping (spec v1.1: reward shaping before the advantage)
+    "overlong_penalty",
+    "shaped_rewards",
 ]
 
 from oracle.presets import PRESETS  # noqa: E402  (framework presets: plain data, written separately)

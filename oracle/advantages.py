@@ -66,7 +66,7 @@ def reinforce_advantages(rewards, *, baseline="none"):
     return A
 
 
-def rloo_advantages(rewards, group_size):
+def rloo_advantages(rewards, group_size, *, singleton="zero"):
     """REINFORCE Leave-One-Out advantages.
 
     Spec: adv.rloo (v1)
@@ -76,15 +76,20 @@ def rloo_advantages(rewards, group_size):
         from Human Feedback in LLMs", arXiv:2402.14740 (RLOO estimator; leave-one-out baseline of
         Kool et al. 2019).
     Shapes: rewards [B] float, group_size int dividing B -> [B] float64.
-    Edge cases: a group of size 1 has no other member and gives A = 0.
+    Edge cases: a group of size 1 has no other member: ``singleton="zero"`` (canonical) gives A = 0;
+        ``singleton="raw"`` (spec v1.1, verl's loop ``rloo``) leaves A = r.
     """
     fn = "rloo_advantages"
     r = check_sequence_array(fn, "rewards", rewards)
     G = check_group_size(fn, group_size, r.shape[0])
+    singleton = check_choice(fn, "singleton", singleton, ("zero", "raw"))
     r = to_float64(r)
     B = r.shape[0]
     A = np.zeros(B, dtype=np.float64)
     if G == 1:
+        if singleton == "raw":  # verl: no baseline for a one-sample group, the score itself
+            for i in range(B):
+                A[i] = r[i]
         return A
     for g in range(B // G):
         members = range(g * G, (g + 1) * G)

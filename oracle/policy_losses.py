@@ -394,7 +394,7 @@ def cispo_token_loss(logp, old_logp, advantages, mask, *, eps_low=None, eps_high
                      surrogate="logp"):
     """CISPO: REINFORCE with a clipped, stop-gradient importance-sampling weight.
 
-    Spec: loss.cispo (v1; the ``surrogate`` keyword is spec v1.1)
+    Spec: loss.cispo (v1), the ``surrogate`` keyword spec v1.1
     Equation (valid t):
         r_t = exp(logp_t − old_logp_t)
         w_t = clip(r_t, lo, hi),  hi = 1 + ε_high ("relative") or ε_high ("absolute", TRL's ε_max),

@@ -61,14 +61,15 @@ def reinforce_advantages(rewards: torch.Tensor, *, baseline: str = "none") -> to
 
 
 @torch.no_grad()
-def rloo_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Spec: adv.rloo. A_i = r_i − (Σ_g r − r_i)/(G − 1) over contiguous groups (G = 1: 0); sums about the group's first reward."""
+def rloo_advantages(rewards: torch.Tensor, group_size: int, *, singleton: str = "zero") -> torch.Tensor:
+    """Spec: adv.rloo. A_i = r_i − (Σ_g r − r_i)/(G − 1) over contiguous groups (G = 1: 0, or r with singleton="raw"); sums about the group's first reward."""
     fn = "rloo_advantages"
     r = check_sequence_array(fn, "rewards", rewards)
     G = check_group_size(fn, group_size, r.shape[0])
+    singleton = check_choice(fn, "singleton", singleton, ("zero", "raw"))
     _, cdt = compute_dtypes(r)
     if G == 1:
-        return torch.zeros_like(r)
+        return r.clone() if singleton == "raw" else torch.zeros_like(r)
     x = r.to(cdt).view(-1, G)
     c = x - x[:, :1].detach()  # the baseline is shift-equivariant: A is unchanged by the shift
     A = c - (c.sum(dim=1, keepdim=True) - c) / (G - 1)

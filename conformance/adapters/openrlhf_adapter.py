@@ -15,13 +15,19 @@ What is called (openrlhf 0.11.2; paths relative to ``openrlhf/``):
 | ``token_logprobs`` | ``models/utils.py::log_probs_from_logits`` (:172; it divides by ``temperature`` itself) |
 | ``token_entropy`` | ``models/utils.py::compute_entropy`` (:216) on ``logits / temperature`` (see below) |
 | ``kl_penalty`` | ``models/utils.py::compute_approx_kl`` (:69-128), ``kl_estimator`` k1/k2/k3 |
+| ``kl_loss_term`` | ``compute_approx_kl`` with ``kl_estimator`` k1/k2/k3: ``gradient="estimator"`` is ``unbiased_gradient=False``; ``"unbiased"`` is ``unbiased_gradient=True`` with ``log_probs_old = old_logp`` (w = min(pi/pi_old, 10), detached, :115-128); ``"straight_through"`` is ``unbiased_gradient=True`` with ``log_probs_old=None`` (w = 1, :121-122). No ``"abs"`` estimator and no ``"bias_corrected"`` form (declared in ``unsupported_kwargs``) |
 | ``rlhf_token_rewards`` | ``compute_approx_kl`` then ``models/utils.py::compute_reward`` (:131-158), as the experience maker chains them |
+| ``reinforce_pp_advantages`` | ``RemoteExperienceMaker.compute_advantages_and_returns`` with estimator ``"reinforce"`` (:238-341): the token rewards enter as ``compute_reward``'s KL reward (``kl_coef = 1``, ``kl = -token_rewards``, a score of 0), then ``get_cumulative_returns`` (:390-421) and the batch whitening (:325-339); a batch without actions is "not implemented" (NaN) |
+| ``reinforce_pp_baseline_advantages`` | the same with estimator ``"reinforce_baseline"`` (:271-272, gamma forced to 1) |
 | ``gae`` | ``trainer/ppo_utils/experience_maker.py::RemoteExperienceMaker.get_advantages_and_returns`` (:343-387) |
 | ``ppo_token_loss`` | ``models/loss.py::PolicyLoss(policy_loss_type="ppo")`` (:116-259): the per-token matrix it aggregates |
 | ``gspo_token_loss`` | ``PolicyLoss(policy_loss_type="gspo")``: idem |
 | ``value_token_loss`` | ``models/loss.py::ValueLoss`` (:262-298): ½ × the matrix it aggregates (the ½ is applied after ``aggregate_loss``, :298) |
 | ``rollout_is_weights`` | ``PolicyLoss(is_correction_level="token", is_correction_gating="ratio")`` (:128-131, :216-241): the coefficient ``coef`` it multiplies the PPO loss by, read by a probe (below) |
 | ``rollout_rejection_mask`` | the same gate in ``is_correction_mode="mask"``, level ``"token"`` or ``"seq"``: its keep decision (``coef != 0``, checked against the ``is_filter_ratio`` it returns, :238-246) |
+| ``overlong_penalty`` | ``trainer/ppo_utils/experience_maker.py::RemoteExperienceMaker.compute_advantages_and_returns`` (estimator ``"reinforce"``, one action per sample: its returns are the shaped rewards) on rewards of 0: ``length_penalty.py::apply_overlong_penalty`` (:16-58) |
+| ``shaped_rewards`` | the same path: ``apply_stop_properly_penalty`` (:61-106, ``stop_properly_penalty_coef`` in [0, 1] scales, < 0 replaces) then ``models/utils.py::compute_reward``'s clip to ``reward.clip_range`` (:141-142) |
+| ``kl_controller_update`` | ``trainer/ppo_utils/kl_controller.py::AdaptiveKLController`` (:4-19): a fresh controller ``(kl_coef, target, horizon)``, one ``update(current_kl, n_steps)``, its ``value`` (``SubprocessAdapter.kl_controller_update``) |
 
 Checked as framework rows by ``conformance/frameworks/openrlhf_checks.py``: ``aggregate_loss`` in both
 modes (local, global, two data-parallel ranks), the aggregated ``PolicyLoss`` (ppo, dual-clip, gspo) and
@@ -101,6 +107,8 @@ class OpenRLHFAdapter(SubprocessAdapter):
     unsupported_kwargs = {
         "rollout_is_weights": {"level": ("sequence",), "batch_normalize": (True,)},
         "rollout_rejection_mask": {"statistic": ("k1", "k2", "k3"), "level": ("seq_sum", "seq_max", "seq_all")},
+        # spec v1.1 kl.loss: compute_approx_kl has k1/k2/k3 only (models/utils.py:95-111) and no estimate-times-ratio form
+        "kl_loss_term": {"estimator": ("abs",), "gradient": ("bias_corrected",)},
     }
 
     LOGPROBS_OP = "log_probs_from_logits"
@@ -161,6 +169,28 @@ class OpenRLHFAdapter(SubprocessAdapter):
     def _kl(self, logp: Any, ref_logp: Any, mask: Any, estimator: str, upstream: Any = None) -> np.ndarray:
         return self.approx_kl(logp, ref_logp, mask, estimator=estimator, upstream=upstream)
 
+    def _kl_loss(self, logp: Any, ref_logp: Any, mask: Any, old_logp: Any, estimator: str, gradient: str,
+                 upstream: Any = None) -> np.ndarray:
+        """spec v1.1 ``kl_loss_term`` through ``compute_approx_kl`` (the table above)."""
+        fn = "kl_loss_term"
+        if estimator == "abs" or gradient == "bias_corrected":
+            raise NotImplementedError("compute_approx_kl has k1/k2/k3 and no estimate-times-ratio form (models/utils.py:69-128)")
+        if gradient not in ("estimator", "straight_through", "unbiased"):
+            raise io.fail(fn, "gradient", f"expected 'estimator', 'straight_through' or 'unbiased', got {gradient!r}")
+        if gradient == "unbiased" and old_logp is None:
+            raise io.fail(fn, "old_logp", "required for gradient='unbiased', got None")
+        old = old_logp if gradient == "unbiased" else None  # log_probs_old=None: w = 1, straight-through (:121-122)
+        return self.approx_kl(logp, ref_logp, mask, estimator=estimator, old_logp=old,
+                              unbiased_gradient=gradient != "estimator", upstream=upstream)
+
+    def kl_loss_term(self, logp: Any, ref_logp: Any, mask: Any, old_logp: Any = None, *, estimator: str = "k3",
+                     gradient: str = "estimator") -> np.ndarray:
+        return self._kl_loss(logp, ref_logp, mask, old_logp, estimator, gradient)
+
+    def kl_loss_term_grad(self, logp: Any, ref_logp: Any, mask: Any, old_logp: Any, upstream: Any, *, estimator: str = "k3",
+                          gradient: str = "estimator") -> np.ndarray:
+        return self._kl_loss(logp, ref_logp, mask, old_logp, estimator, gradient, upstream)
+
     def rlhf_token_rewards(self, scores: Any, logp: Any, ref_logp: Any, mask: Any, *, kl_coef: float, estimator: str = "k1") -> np.ndarray:
         fn = "rlhf_token_rewards"
         s = io.float_array(fn, "scores", scores, 1)
@@ -208,6 +238,106 @@ class OpenRLHFAdapter(SubprocessAdapter):
         """``[B]`` advantages of an outcome estimator (one action per sequence)."""
         adv, _ = self.experience_advantages(estimator, rewards, group_size)
         return adv[:, 0].astype(np.asarray(rewards).dtype)
+
+    # spec v1.1 advantage estimators: compute_advantages_and_returns' "reinforce" and "reinforce_baseline"
+
+    @staticmethod
+    def _actions_or_refuse(m: np.ndarray) -> None:
+        """The batch whitening divides by the action count (experience_maker.py:328-329): NaN without one."""
+        if not m.any():
+            raise NotImplementedError("OpenRLHF's advantage whitening divides by the number of action tokens "
+                                      "(experience_maker.py:328-329): NaN for a batch without any; the spec returns 0")
+
+    def reinforce_pp_advantages(self, token_rewards: Any, mask: Any, *, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """Estimator ``"reinforce"`` with per-token rewards: compute_reward's rewards are the score on the last
+        action (0 here) plus ``-kl_coef * kl`` (models/utils.py:144-157), so with ``kl_coef = 1`` and
+        ``kl = -token_rewards`` they are the token rewards themselves; then ``get_cumulative_returns(gamma)``
+        and the batch whitening (experience_maker.py:296-339)."""
+        fn = "reinforce_pp_advantages"
+        r = io.float_array(fn, "token_rewards", token_rewards, 2)
+        m = io.check_mask(fn, mask, r.shape)
+        io.check_finite(fn, "token_rewards", r, m)
+        if isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, (int, float, np.integer, np.floating)):
+            raise io.fail(fn, "gamma", f"expected a real number, got {gamma!r}", TypeError)
+        if not 0.0 <= float(gamma) <= 1.0:
+            raise io.fail(fn, "gamma", f"expected 0 <= gamma <= 1, got {gamma!r}")
+        self._actions_or_refuse(m)
+        adv, ret = self.experience_advantages("reinforce", np.zeros(r.shape[0], dtype=r.dtype), 1, mask=m,
+                                              kl=-io.clean(r, m), kl_coef=1.0, gamma=float(gamma))
+        return io.masked_out(adv, m, r.dtype), io.masked_out(ret, m, r.dtype)
+
+    def reinforce_pp_baseline_advantages(self, rewards: Any, group_size: int, mask: Any) -> np.ndarray:
+        """Estimator ``"reinforce_baseline"`` (experience_maker.py:271-272): ``r - group mean`` on the last
+        action, cumulative returns with gamma forced to 1, then the batch whitening."""
+        fn = "reinforce_pp_baseline_advantages"
+        r, G = io.check_groups(fn, rewards, group_size)
+        m = io.check_mask(fn, mask, (r.shape[0], np.shape(mask)[-1]))
+        self._actions_or_refuse(m)
+        adv, _ = self.experience_advantages("reinforce_baseline", r, G, mask=m)
+        return io.masked_out(adv, m, r.dtype)
+
+    # ------------------------------------------------------------------------------------------
+    # spec v1.1 reward.overlong / reward.shaping: apply_length_penalties and compute_reward's clip, run
+    # through compute_advantages_and_returns (estimator "reinforce": the returns are the shaped rewards)
+    # ------------------------------------------------------------------------------------------
+
+    def _reward_shaping(self, rewards: np.ndarray, lengths: np.ndarray, truncated: np.ndarray, **params: Any) -> np.ndarray:
+        if not self.has_experience_maker:
+            raise NotImplementedError("openrlhf's experience_maker did not import in the worker")
+        arrays = {"rewards": rewards.astype(np.float32), "lengths": lengths.astype(np.int64), "truncated": truncated.astype(bool)}
+        return np.asarray(self._worker.call("reward_shaping", arrays, params)["outputs"]["shaped"])
+
+    def overlong_penalty(self, lengths: Any, *, max_length: int, buffer: int, factor: float = 1.0) -> np.ndarray:
+        """``apply_overlong_penalty`` (``length_penalty.py:16-58``) on rewards of 0 (float32, the reward dtype):
+        ``rollout.max_new_tokens = max_length``, ``reward.overlong_buffer_len = buffer`` (a float on the CLI),
+        ``reward.overlong_penalty_factor = factor``, no reward clip."""
+        fn = "overlong_penalty"
+        L = np.asarray(lengths)
+        if L.dtype.kind not in "iu":
+            raise io.fail(fn, "lengths", f"expected an integer array [B], got dtype {L.dtype}", TypeError)
+        if L.ndim != 1 or (L < 0).any():
+            raise io.fail(fn, "lengths", f"expected 1-D [B] lengths >= 0, got {L.tolist()!r}")
+        if max_length < 1 or not 0 <= buffer <= max_length or not factor >= 0:
+            raise io.fail(fn, "buffer", f"expected 0 <= buffer <= max_length >= 1 and factor >= 0, got {buffer!r}, "
+                                        f"{max_length!r}, {factor!r}")
+        B = L.shape[0]
+        return self._reward_shaping(np.zeros(B), L, np.zeros(B, dtype=bool), max_new_tokens=int(max_length),
+                                    overlong_buffer_len=float(buffer), overlong_penalty_factor=float(factor))
+
+    def shaped_rewards(self, rewards: Any, truncated: Any, *, truncated_scale: float = 1.0, truncated_value: float | None = None,
+                       truncated_shift: float = 0.0, clip_low: float | None = None, clip_high: float | None = None) -> np.ndarray:
+        """``--reward.stop_properly_penalty_coef`` (``length_penalty.py:61-106``: a coefficient in [0, 1] scales a
+        truncated sample's reward, a negative one replaces it) and ``--reward.clip_range`` (both ends,
+        ``models/utils.py:141-142``), in the trainer's order. Not expressible: ``truncated_shift``, a positive
+        replacement value, a scale outside [0, 1], a one-sided clip."""
+        fn = "shaped_rewards"
+        r = io.float_array(fn, "rewards", rewards, 1)
+        io.check_finite(fn, "rewards", r)
+        t = np.asarray(truncated)
+        if t.shape != r.shape or not np.isin(t, (0, 1)).all():
+            raise io.fail(fn, "truncated", f"expected [B] = {list(r.shape)} flags (bool or exactly 0/1), got {t!r}")
+        if truncated_value is not None and truncated_scale != 1.0:
+            raise io.fail(fn, "truncated_scale", "expected 1.0 when truncated_value is set")
+        if clip_low is not None and clip_high is not None and clip_low > clip_high:
+            raise io.fail(fn, "clip_high", f"expected clip_high >= clip_low={clip_low!r}, got {clip_high!r}")
+        if truncated_shift != 0.0:
+            raise NotImplementedError("stop_properly_penalty_coef scales or replaces, it adds nothing (length_penalty.py:97-103)")
+        if truncated_value is not None:
+            if truncated_value > 0:
+                raise NotImplementedError("a coefficient >= 0 scales (length_penalty.py:101-103): no positive replacement value")
+            coef: float | None = float(truncated_value)  # < 0 replaces; 0 scales to exactly 0, the same
+        elif truncated_scale == 1.0:
+            coef = None  # off (a coefficient 1 would change nothing either)
+        elif 0.0 <= truncated_scale <= 1.0:
+            coef = float(truncated_scale)
+        else:
+            raise NotImplementedError("stop_properly_penalty_coef scales by a value in [0, 1] only (length_penalty.py:83-86)")
+        if (clip_low is None) != (clip_high is None):
+            raise NotImplementedError("reward.clip_range takes both ends (cli/train_ppo_ray.py:474): no one-sided clip")
+        clip = None if clip_low is None else [float(clip_low), float(clip_high)]
+        out = self._reward_shaping(r, np.zeros(r.shape[0], dtype=np.int64), t != 0, stop_properly_penalty_coef=coef,
+                                   reward_clip_range=clip)
+        return out.astype(r.dtype)
 
     # ------------------------------------------------------------------------------------------
     # policy and value losses (the per-token matrix OpenRLHF aggregates)

@@ -65,6 +65,25 @@ class SubprocessAdapter(ABC):
         return importlib.import_module(self.checks_module).extra_rows(self, seed)
 
     # ------------------------------------------------------------------------------------------
+    # ctrl.kl: the framework's AdaptiveKLController (verl core_algos.py:153, OpenRLHF kl_controller.py:4)
+    # ------------------------------------------------------------------------------------------
+
+    def kl_controller_update(self, kl_coef: float, current_kl: float, n_steps: int, *, target: float,
+                             horizon: float) -> float:
+        """A fresh ``AdaptiveKLController(kl_coef, target, horizon)`` of the framework, one
+        ``update(current_kl, n_steps)``, its ``value`` (the worker's ``kl_controller`` op)."""
+        fn = "kl_controller_update"
+        params: dict[str, Any] = {}
+        for name, value in (("kl_coef", kl_coef), ("current_kl", current_kl), ("target", target), ("horizon", horizon)):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+                raise io.fail(fn, name, f"expected a real number, got {value!r}", TypeError)
+            params[name] = float(value)
+        if isinstance(n_steps, (bool, np.bool_)) or not isinstance(n_steps, (int, np.integer)):
+            raise io.fail(fn, "n_steps", f"expected an int, got {n_steps!r}", TypeError)
+        params["n_steps"] = int(n_steps)
+        return float(self._worker.call("kl_controller", {}, params)["outputs"]["value"])
+
+    # ------------------------------------------------------------------------------------------
     # the two shapes of a worker call: per-token [B, T] arrays, a scalar loss
     # ------------------------------------------------------------------------------------------
 

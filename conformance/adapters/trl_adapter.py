@@ -9,8 +9,11 @@ What is called (trl 1.16.0 wheel; paths relative to the package root ``trl/``):
 | ``token_logprobs_from_hidden`` / ``token_entropy_from_hidden`` | ``trainer/utils.py::add_fused_lm_head`` (:1548), i.e. ``kernels/chunked_logprob.py::ChunkedLogProbFunction``, the fused LM head the GRPO/RLOO trainers score tokens with |
 | ``grpo_advantages`` | ``GRPOTrainer._generate_and_score_completions`` (``trainer/grpo_trainer.py:2324``; advantages at :2761-2810) |
 | ``rloo_advantages`` | ``RLOOTrainer._generate_and_score_completions`` (``trainer/rloo_trainer.py``; advantages at :1664-1699) |
+| ``gdpo_advantages`` | ``GRPOTrainer._generate_and_score_completions`` with ``multi_objective_aggregation="normalize_then_sum"`` and one reward function per column of the [B, K] rewards, ``reward_weights`` as ``GRPOConfig.reward_weights`` (advantages at :2790-2800; spec v1.1 adv.gdpo) |
 | ``off_policy_sequence_mask`` | ``GRPOTrainer.get_off_policy_mask`` (``trainer/grpo_trainer.py:2944-2968``), a static method, on the completion columns |
 | ``rollout_is_weights`` | ``GRPOTrainer._generate_and_score_completions`` with ``use_vllm=True`` (the ratio at ``grpo_trainer.py:2659-2707``), through a stubbed vLLM backend (below) |
+| ``overlong_penalty`` | ``rewards/other_rewards.py::get_soft_overlong_punishment`` (:83-138), the reward function, on completions of the given lengths; ``factor`` is fixed at 1 (other values: not implemented) |
+| ``entropy_top_mask`` | ``GRPOTrainer.get_high_entropy_mask`` (``trainer/grpo_trainer.py:1380-1416``) with threshold ``1 - rho``, as ``_compute_loss`` calls it (:3049-3052), on a stand-in trainer whose accelerator simulates the data-parallel ranks (``SimulatedRanks``, below) |
 
 Extras that are not core-API functions (checked by ``conformance/trl_checks.py``):
 ``grpo_loss`` (``GRPOTrainer._compute_loss``, ``grpo_trainer.py:3020-3292``) and ``rloo_loss``
@@ -47,6 +50,16 @@ Not expressible in TRL (``NotImplementedError``): ``mode="none"`` (every TRL mod
 ``seq_stat="geometric"`` (TRL's sequence ratio is the product), ``log_ratio_clamp``,
 ``batch_normalize=True``, ``*_truncate`` with neither bound (``grpo_config.py:1162-1171`` rejects it) and
 ``lo == hi`` (``clip_min < clip_max`` required, :1152-1160).
+
+What gathers the high-entropy mask's pool across ranks (``entropy_top_mask``): ``get_high_entropy_mask``
+reads only ``self.accelerator`` (``pad_across_processes`` with the sentinel −1e9, then ``gather``), so it
+is called unbound on a ``types.SimpleNamespace(accelerator=SimulatedRanks(...))``, as TRL's own tests
+call it. ``SimulatedRanks`` is accelerate's two collectives over ranks simulated in one process: it pads
+this rank's tensor (the one TRL passes) and the other ranks' tensors to the longest, with TRL's pad
+value, and ``gather`` concatenates them in rank order. With ``pooled_entropy`` (the batch's valid
+entropies, this call's own included), the other ranks hold the pool minus this call's valid entropies
+(as their own ``entropies[mask].float()``); a pool that does not contain them is not expressible
+(``NotImplementedError``: an all-gather always includes the caller's own).
 
 Conventions this adapter converts (the checks never do):
 - TRL scores ``logits[:, :-1]`` against ``input_ids[:, 1:]``; the spec is token-aligned (position t is
@@ -179,6 +192,56 @@ IS_MODES = {
     ("sequence", "truncate"): "sequence_truncate",
     ("sequence", "mask"): "sequence_mask",
 }
+
+
+class SimulatedRanks:
+    """accelerate's ``pad_across_processes`` and ``gather`` for one rank of ``len(others) + 1`` data-parallel
+    ranks simulated in one process: ``others`` are the tensors the other ranks pass, in rank order around
+    this rank (``rank``). Each call pads to the longest tensor along dim 0 with the caller's pad value and
+    gathers by concatenation in rank order, as the real collectives do."""
+
+    def __init__(self, others: list[torch.Tensor], rank: int = 0) -> None:
+        self.others = list(others)
+        self.rank = rank
+        self.num_processes = len(self.others) + 1
+        self._pad_index: float = 0.0
+        self._length = 0
+
+    @staticmethod
+    def _padded(x: torch.Tensor, length: int, value: float) -> torch.Tensor:
+        return torch.cat([x, x.new_full((length - x.shape[0],) + tuple(x.shape[1:]), value)], dim=0)
+
+    def pad_across_processes(self, tensor: torch.Tensor, dim: int = 0, pad_index: float = 0, pad_first: bool = False) -> torch.Tensor:
+        if dim != 0 or pad_first:
+            raise NotImplementedError("SimulatedRanks pads along dim 0 at the end only (what get_high_entropy_mask asks)")
+        self._length = max([tensor.shape[0]] + [o.shape[0] for o in self.others])
+        self._pad_index = pad_index
+        return self._padded(tensor, self._length, pad_index)
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        parts = [self._padded(o.to(tensor.dtype), self._length, self._pad_index) for o in self.others]
+        parts.insert(self.rank, tensor)
+        return torch.cat(parts, dim=0)
+
+
+def _pool_without(fn: str, pooled: Any, local: torch.Tensor) -> torch.Tensor:
+    """The multiset ``pooled`` minus the values of ``local`` (exact float64 comparison): the entropies the
+    other ranks hold."""
+    from collections import Counter
+
+    if isinstance(pooled, torch.Tensor):
+        values = pooled.detach().to(torch.float64).flatten().tolist()
+    elif isinstance(pooled, (list, tuple)):
+        values = [float(v) for v in pooled]
+    else:
+        raise _fail(fn, "pooled_entropy", f"expected a 1-D tensor or a list of floats, got {type(pooled).__name__}", TypeError)
+    remaining = Counter(values)
+    for v in local.detach().to(torch.float64).tolist():
+        if remaining[v] == 0:
+            raise NotImplementedError("pooled_entropy does not contain this call's valid entropy "
+                                      f"{v!r}: TRL's all-gather always includes the caller's own")
+        remaining[v] -= 1
+    return torch.tensor(sorted(remaining.elements()), dtype=torch.float64)
 
 
 def is_mode_to_spec(mode: str, clip_min: float | None, clip_max: float | None) -> dict[str, Any]:
@@ -370,6 +433,23 @@ class TRLAdapter:
         with self._lock:
             return self._world_().advantages("rloo", rewards, G)
 
+    def gdpo_advantages(self, rewards: torch.Tensor, group_size: int, *, reward_weights: list[float] | None = None) -> torch.Tensor:
+        """Spec v1.1 adv.gdpo: GRPOTrainer with ``multi_objective_aggregation="normalize_then_sum"`` and one reward
+        function per column of ``rewards`` [B, K] (grpo_trainer.py:2790-2800), ``reward_weights`` as
+        ``GRPOConfig.reward_weights``."""
+        fn = "gdpo_advantages"
+        r = _check_float(fn, "rewards", rewards, 2)
+        if r.shape[1] < 1 or not bool(torch.isfinite(r).all()):
+            raise _fail(fn, "rewards", f"expected finite [B, K >= 1], got shape {tuple(r.shape)}")
+        _, G = _check_groups(fn, r[:, 0], group_size)
+        config: dict[str, Any] = {"multi_objective_aggregation": "normalize_then_sum"}
+        if reward_weights is not None:
+            if not isinstance(reward_weights, (list, tuple)) or len(reward_weights) != r.shape[1]:
+                raise _fail(fn, "reward_weights", f"expected {r.shape[1]} numbers, got {reward_weights!r}")
+            config["reward_weights"] = tuple(float(w) for w in reward_weights)
+        with self._lock:
+            return self._world_().advantages("grpo", r, G, **config)
+
     # ------------------------------------------------------------------------------------------
     # offpolicy.opsm: GRPOTrainer.get_off_policy_mask (static)
     # offpolicy.is_weights: the vLLM importance-sampling correction of _generate_and_score_completions
@@ -489,6 +569,69 @@ class TRLAdapter:
         return torch.cat([torch.zeros(B, 1, dtype=torch.float64), w], dim=1).to(old_logp.dtype)
 
     # ------------------------------------------------------------------------------------------
+    # reward.overlong: trl.rewards.get_soft_overlong_punishment, a reward function
+    # ------------------------------------------------------------------------------------------
+
+    def soft_overlong_punishment(self, completion_ids: list[list[int]], max_completion_len: int,
+                                 soft_punish_cache: int) -> list[float]:
+        """TRL's reward function itself: ``get_soft_overlong_punishment(max_completion_len, soft_punish_cache)``
+        (``trl/rewards/other_rewards.py:83-138``) called on ``completion_ids`` as ``GRPOTrainer`` calls a
+        reward function (``grpo_trainer.py:1627``, ``completion_ids=completion_ids_list``)."""
+        from trl.rewards import get_soft_overlong_punishment
+
+        return get_soft_overlong_punishment(max_completion_len, soft_punish_cache)(completion_ids)
+
+    def overlong_penalty(self, lengths: torch.Tensor, *, max_length: int, buffer: int, factor: float = 1.0) -> torch.Tensor:
+        """``soft_overlong_punishment`` on completions of ``lengths[b]`` tokens (TRL reads ``len(ids)`` only,
+        EOS included), as float64 (TRL returns Python floats). TRL has no factor: ``factor != 1`` is not
+        offered (weight the reward function with ``GRPOConfig.reward_weights`` instead)."""
+        fn = "overlong_penalty"
+        if not isinstance(lengths, torch.Tensor) or lengths.is_floating_point() or lengths.dtype == torch.bool:
+            raise _fail(fn, "lengths", f"expected an integer tensor [B], got {getattr(lengths, 'dtype', type(lengths).__name__)}", TypeError)
+        if lengths.ndim != 1 or bool((lengths < 0).any()):
+            raise _fail(fn, "lengths", f"expected 1-D [B] lengths >= 0, got shape {tuple(lengths.shape)}")
+        for name, value in (("max_length", max_length), ("buffer", buffer)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _fail(fn, name, f"expected an int, got {type(value).__name__}", TypeError)
+        if max_length < 1 or not 0 <= buffer <= max_length:
+            raise _fail(fn, "buffer", f"expected 0 <= buffer <= max_length >= 1, got {buffer!r}, {max_length!r}")
+        if factor != 1.0:
+            raise NotImplementedError("get_soft_overlong_punishment has no factor (eq. 13's 1, other_rewards.py:130-137); "
+                                      "GRPOConfig.reward_weights scales a reward function instead")
+        ids = [[UNK_ID] * int(n) for n in lengths.tolist()]
+        return torch.tensor(self.soft_overlong_punishment(ids, max_length, buffer), dtype=torch.float64)
+
+    # ------------------------------------------------------------------------------------------
+    # entropy.top_mask: GRPOTrainer.get_high_entropy_mask over simulated data-parallel ranks
+    # ------------------------------------------------------------------------------------------
+
+    def high_entropy_mask(self, entropies: torch.Tensor, mask: torch.Tensor, threshold: float,
+                          others: list[torch.Tensor] = (), rank: int = 0) -> torch.Tensor:
+        """``GRPOTrainer.get_high_entropy_mask(entropies, mask, threshold)`` (``grpo_trainer.py:1380-1416``)
+        as rank ``rank`` of a data-parallel group whose other ranks pass ``others`` (in rank order) to the
+        all-gather (their ``entropies[mask].float()``), in TRL's own conventions and dtypes."""
+        from trl import GRPOTrainer
+
+        stand_in = types.SimpleNamespace(accelerator=SimulatedRanks(list(others), rank))
+        return GRPOTrainer.get_high_entropy_mask(stand_in, entropies, mask, threshold)
+
+    def entropy_top_mask(self, entropy: torch.Tensor, mask: Any, *, rho: float = 1.0,
+                         pooled_entropy: Any = None) -> torch.Tensor:
+        """``get_high_entropy_mask`` with threshold ``1 - rho`` (``_compute_loss``, :3049-3052) and TRL's integer
+        loss mask; the other ranks hold ``pooled_entropy`` minus this call's valid entropies (module docstring).
+        ``_compute_loss`` skips the call at ``rho = 1`` (every token kept: the quantile 0 is the minimum, the
+        same mask)."""
+        fn = "entropy_top_mask"
+        entropy = _check_float(fn, "entropy", entropy, 2)
+        mask = _check_mask(fn, mask, tuple(entropy.shape))
+        if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not 0.0 <= float(rho) <= 1.0:
+            raise _fail(fn, "rho", f"expected a number in [0, 1], got {rho!r}")
+        _check_finite_at(fn, "entropy", entropy, mask)
+        others = [] if pooled_entropy is None else [_pool_without(fn, pooled_entropy, entropy[mask]).float()]
+        keep = self.high_entropy_mask(entropy, mask.long(), 1.0 - float(rho), others)
+        return keep.bool() & mask
+
+    # ------------------------------------------------------------------------------------------
     # GRPOTrainer._compute_loss (extra, not a core-API function)
     # ------------------------------------------------------------------------------------------
 
@@ -561,6 +704,16 @@ class TRLAdapter:
         with self._lock:
             return self._world_().loss(batch, config)
 
+    def grpo_adaptive_entropy_step(self, batch: dict[str, torch.Tensor], *, coef: float, last_entropy: float,
+                                   **config: Any) -> dict[str, Any]:
+        """One :meth:`grpo_loss` (train mode, one micro-batch = one optimizer step) with adaptive entropy
+        control (``use_adaptive_entropy=True`` in ``config``) from the controller state ``coef``
+        (``entropy_coef``) and ``last_entropy`` (``_last_world_entropy``, the previous step's measurement),
+        plus the state ``_compute_loss`` leaves: ``entropy_coef_after`` and ``world_entropy`` (the
+        ``_last_world_entropy`` it measured, :3229-3239)."""
+        with self._lock:
+            return self._world_().adaptive_entropy_step(batch, config, coef, last_entropy)
+
 
 class _TinyWorld:
     """The tokenizer, the saved tiny model and a cache of trainers, one per configuration."""
@@ -599,6 +752,14 @@ class _TinyWorld:
     def _reward(self, prompts: list, completions: list, rlspec_index: list[int], **_: Any) -> list[float]:
         return [self._reward_table[i] for i in rlspec_index]
 
+    def _column_reward(self, k: int) -> Any:
+        """Reward function k of a multi-reward trainer (GDPO): column k of the requested [B, K] rewards."""
+        def reward(prompts: list, completions: list, rlspec_index: list[int], **_: Any) -> list[float]:
+            return [self._reward_table[i][k] for i in rlspec_index]
+
+        reward.__name__ = f"rlspec_reward_{k}"
+        return reward
+
     def _rollout(self, prompts: list, trainer: Any) -> dict[str, Any]:
         """``rollout_func`` (``grpo_trainer.py:2200-2218``): the completions and rollout log-probs set by
         :meth:`is_ratio`."""
@@ -634,6 +795,7 @@ class _TinyWorld:
             seed=0,
         )
         base.update(config)
+        columns = base.pop("rlspec_reward_columns", 0)  # K reward functions (GDPO), else the single one
         extra: dict[str, Any] = {}
         # use_vllm=True: GRPOTrainer.__init__ would build VLLMGeneration, which needs vllm installed and an
         # engine or server (module docstring); the stub stands in for it during construction only, and
@@ -650,7 +812,7 @@ class _TinyWorld:
                 args = Config(**base)
                 trainer = Trainer(
                     model=self.model_dir,
-                    reward_funcs=self._reward,
+                    reward_funcs=[self._column_reward(k) for k in range(columns)] if columns else self._reward,
                     args=args,
                     train_dataset=Dataset.from_dict({"prompt": [_PROMPT] * 2, "rlspec_index": [0, 1]}),
                     processing_class=self.tokenizer,
@@ -663,8 +825,12 @@ class _TinyWorld:
         return trainer
 
     def advantages(self, kind: str, rewards: torch.Tensor, G: int, **config: Any) -> torch.Tensor:
+        """The trainer's advantages for ``rewards`` ([B], or [B, K]: one reward function per column)."""
         B = rewards.shape[0]
-        key = (kind, tuple(rewards.detach().to(torch.float64).tolist()), G, tuple(sorted(config.items())))
+        table = [tuple(v) if isinstance(v, list) else float(v) for v in rewards.detach().to(torch.float64).tolist()]
+        if rewards.dim() == 2:
+            config["rlspec_reward_columns"] = rewards.shape[1]
+        key = (kind, tuple(table), G, tuple(sorted(config.items())))
         if key in self._advantages:
             return self._advantages[key].clone()
         if kind == "rloo":
@@ -675,7 +841,7 @@ class _TinyWorld:
         else:  # size-1 groups: eval mode with num_generations_eval = 1 (grpo_trainer.py:2772-2773, rloo_trainer.py:1679-1680)
             trainer = self._trainer(kind, dict(config, num_generations_eval=1, per_device_eval_batch_size=1))
             train = False
-        self._reward_table = [float(r) for r in rewards.detach().to(torch.float64).tolist()]
+        self._reward_table = table
         inputs = [{"prompt": _PROMPT, "rlspec_index": i} for i in range(B)]
         trainer.model.train(train)
         with torch.random.fork_rng(), torch.no_grad(), warnings.catch_warnings():
@@ -737,6 +903,21 @@ class _TinyWorld:
                 trainer.model, ids, att, batch["completion_ids"].shape[1]
             )
         return lp
+
+    def adaptive_entropy_step(self, batch: dict[str, torch.Tensor], config: dict[str, Any], coef: float,
+                              last_entropy: float) -> dict[str, Any]:
+        """The controller state set on the (cached) trainer, one ``_compute_loss``, the state read back."""
+        trainer = self._trainer("grpo", dict(config))
+        trainer.entropy_coef = float(coef)
+        trainer._last_world_entropy = float(last_entropy)
+        trainer._entropy_window_stats = None
+        out = self.loss(batch, config)
+        out["entropy_coef_after"] = float(trainer.entropy_coef)
+        out["world_entropy"] = float(trainer._last_world_entropy)
+        out["entropy_control"] = {"target": float(trainer.args.entropy_target), "delta": float(trainer.args.entropy_coef_delta),
+                                  "coef_min": float(trainer.args.entropy_coef_min),
+                                  "coef_max": float(trainer.args.entropy_coef_max)}
+        return out
 
     def loss(self, batch: dict[str, torch.Tensor], config: dict[str, Any], kind: str = "grpo") -> dict[str, Any]:
         trainer = self._trainer(kind, dict(config))
@@ -847,6 +1028,7 @@ class _TinyWorld:
             "delta": trainer.args.delta,
             "use_bias_correction_kl": bool(trainer.args.use_bias_correction_kl),
             "entropy_coef": float(getattr(trainer, "entropy_coef", 0.0) or 0.0),
+            "top_entropy_quantile": float(trainer.top_entropy_quantile),
             "max_completion_length": int(trainer.max_completion_length),
             # the rollout corrections (grpo_trainer.py:3068-3081, :3140-3147)
             "sampling_logp": spec_completion(batch.get("sampling_per_token_logps")),
@@ -859,4 +1041,4 @@ class _TinyWorld:
         }
 
 
-__all__ = ["TRLAdapter", "IS_MODES", "is_mode_to_spec"]
+__all__ = ["TRLAdapter", "IS_MODES", "SimulatedRanks", "is_mode_to_spec"]

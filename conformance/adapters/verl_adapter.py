@@ -14,9 +14,16 @@ What is called (verl 0.9.1; paths relative to ``verl/``):
 | ``token_logprobs`` | ``utils/torch_functional.py::logprobs_from_logits`` (:73) on ``logits / temperature`` (the actor divides first) |
 | ``token_entropy`` | ``utils/torch_functional.py::entropy_from_logits`` (:231) on ``logits / temperature`` |
 | ``rloo_advantages`` | ``trainer/ppo/core_algos.py::compute_rloo_outcome_advantage`` (:588, the ``"rloo"`` estimator) |
+| ``reinforce_pp_advantages`` | ``core_algos.py::compute_reinforce_plus_plus_outcome_advantage`` (:694, ``"reinforce_plus_plus"``) with ``AlgoConfig(gamma)``: (advantages, returns); a batch with at most one valid token is "not implemented" (``masked_whiten`` raises) |
+| ``reinforce_pp_baseline_advantages`` | ``core_algos.py::compute_reinforce_plus_plus_baseline_outcome_advantage`` (:536): the score on each row's last valid token (verl sums the row), ``index`` from the groups; the same ``masked_whiten`` limit |
+| ``remax_advantages`` | ``core_algos.py::compute_remax_outcome_advantage`` (:735) with ``reward_baselines`` = the greedy rewards repeated over each prompt's samples (``repeat(n, interleave=True)``, ``trainer/ppo/ray_trainer.py:1534-1538``) |
+| ``opo_advantages`` | ``core_algos.py::compute_opo_outcome_advantage`` (:640) on the token layout, read at each row's first valid token; a row without valid tokens is "not implemented" (verl shows no advantage for it) |
+| ``grpo_passk_advantages`` | ``core_algos.py::compute_grpo_passk_outcome_advantage`` (:472) with ``AlgoConfig(norm_adv_by_std_in_grpo = scale == "group")`` |
+| ``gpg_advantages`` | ``core_algos.py::compute_gpg_outcome_advantage`` (:771) |
 | ``gae`` | ``core_algos.py::compute_gae_advantage_return`` (:216): ``returns``; advantages = ``returns - values`` (see below) |
 | ``whiten`` | ``utils/torch_functional.py::masked_whiten`` (:329) |
 | ``kl_penalty`` | ``core_algos.py::kl_penalty`` (:2188) with ``"k1"``, ``"k2"``, ``"k3"`` (= ``"kl"``, ``"mse"``, ``"low_var_kl"``) |
+| ``kl_loss_term`` | ``core_algos.py::kl_penalty`` (:2188) with ``"k1"``, ``"k2"``, ``"k3"``, ``"abs"`` (``gradient="estimator"``) or the same name with verl's ``"+"`` suffix (``gradient="straight_through"``, :2200-2213); verl has no ``"unbiased"`` or ``"bias_corrected"`` form (``NotImplementedError``) |
 | ``ppo_token_loss`` | ``core_algos.py::compute_policy_loss_vanilla`` (:1286): the per-token matrix it aggregates |
 | ``gspo_token_loss`` | ``core_algos.py::compute_policy_loss_gspo`` (:1546): idem |
 | ``cispo_token_loss`` | ``core_algos.py::compute_policy_loss_cispo`` (:2048): idem |
@@ -28,13 +35,18 @@ What is called (verl 0.9.1; paths relative to ``verl/``):
 | ``gmpo_token_loss`` | ``core_algos.py::compute_policy_loss_geo_mean`` (:1928, ``"geo_mean"``) on each row alone: the row's loss ``L_b`` (its scalar is ``torch.mean`` over the rows, :2000), carried by every valid token of the row |
 | ``dppo_token_loss`` | ``core_algos.py::compute_policy_loss_dppo_tv`` (:1379, ``divergence="tv"``) / ``_dppo_kl`` (:1460, ``"kl"``): the per-token matrix they aggregate |
 | ``dro_token_loss`` | ``core_algos.py::compute_policy_loss_dro`` (:2014): the per-token matrix it aggregates |
+| ``clip_cov_mask`` | ``core_algos.py::compute_policy_loss_clip_cov`` (:1743, ``"clip_cov"``) with its random cut decided by ``draws``: verl's ``corr`` after the call (see below) |
+| ``kl_cov_token_loss`` | ``core_algos.py::compute_policy_loss_kl_cov`` (:1848, ``"kl_cov"``): the per-token matrix it aggregates |
 | ``decoupled_ppo_token_loss`` | decoupled mode: ``compute_rollout_correction_and_add_to_batch`` (:1013) with ``rollout_is="token"`` on (old = prox, rollout = behav), then ``compute_policy_loss_vanilla`` (:1286) against ``old_log_prob`` = prox with those ``rollout_is_weights`` (``pg_losses * rollout_is_weights``, :1365): the matrix it aggregates |
+| ``kl_controller_update`` | ``core_algos.py::AdaptiveKLController`` (:153-174): a fresh controller ``(init_kl_coef, target_kl, horizon)``, one ``update(current_kl, n_steps)``, its ``value`` (``SubprocessAdapter.kl_controller_update``) |
+| ``overlong_penalty`` | ``workers/reward_manager/dapo.py::DAPORewardManager`` (:121-127) on responses of the given lengths with a score of 0: the reward is the penalty (no floor beyond ``max_resp_len``: preset verl; float32, an int64 length tensor divided by an int); ``buffer = 0`` is refused by verl (:52-56): not implemented |
 
 Everything else verl computes as a scalar or with a setting the core API cannot ask for is checked by
 ``conformance/frameworks/verl_checks.py`` (``extra_rows``): GRPO with and without std scaling, the
 vectorised estimators, every ``agg_loss`` mode with and without global batch info and split over two
 data-parallel ranks, the aggregated policy and value losses (value and gradient), ``kl_penalty``'s
-``"abs"`` and straight-through ``"k3+"``, GAE's whitened advantages, the k1 rejection bounds read as
+``"abs"`` and straight-through ``"+"`` names as ``kl_loss_term`` (spec v1.1 kl.loss) rows, GAE's whitened
+advantages, the k1 rejection bounds read as
 verl documents them, and the decoupled (sequence-level IS) and bypass-mode (``ppo_clip`` with
 rejection, ``reinforce`` with IS) policy losses.
 
@@ -58,8 +70,21 @@ The v1.1 policy losses of 2025-26 (settings as verl reads them; what they cannot
   20 are run.
 - verl's ``gpg`` is ``pg_token_loss`` aggregated (no new function); it and the aggregated forms of the
   four losses above (with ``sapo``'s and ``geo_mean``'s fixed reductions) are the
-  ``verl.policy_loss[<loss_mode>,<agg mode>]`` rows of ``verl_checks.py``; ``clip_cov`` and ``kl_cov``
-  have no spec quantity and are "not implemented" rows there.
+  ``verl.policy_loss[<loss_mode>,<agg mode>]`` rows of ``verl_checks.py``, as are ``clip_cov``
+  (``aggregate(ppo_token_loss(dual_clip=None) · clip_cov_mask)``) and ``kl_cov``.
+
+The covariance-selected tokens of spec v1.1:
+- ``clip_cov_mask``: ``fraction``, ``cov_low``, ``cov_high`` -> ``PolicyLossConfig.clip_cov_ratio``,
+  ``clip_cov_lb``, ``clip_cov_ub`` (actor.py:95-97); ``eps_low``/``eps_high`` -> ``clip_ratio_low``/
+  ``clip_ratio_high``. verl draws the tokens it cuts with ``torch.randperm`` (core_algos.py:1823); the
+  ``policy_loss`` op, given ``draws`` as ``clip_cov_draws``, makes that permutation the order of the
+  draws over verl's own candidate list and returns verl's ``corr`` (:1808, :1828): the keep mask
+  (``conformance/frameworks/verl_ops.py`` says how). Its covariance is centred with ``masked_mean``,
+  whose count carries ``+ 1e-8`` (:1812-1814): a relative 1e-8/N, never a decision off the registry's
+  conditioning margin.
+- ``kl_cov_token_loss``: ``fraction``, ``coef`` -> ``PolicyLossConfig.kl_cov_ratio``, ``ppo_kl_coef``
+  (actor.py:98-99). verl's ``torch.topk`` orders equal covariances arbitrarily (:1907); the registry's
+  conditioning keeps ties at the cut out of the checked cases.
 
 Conventions this adapter converts (the checks never do):
 - verl's losses take response tensors ``[B, R]`` with a ``response_mask``; the spec's ``[B, T]``
@@ -137,6 +162,14 @@ class VerlAdapter(SubprocessAdapter):
         "rollout_is_weights": "batch_normalize divides by masked_mean, whose count has + 1e-8 (relative 1e-8/n)",
         # core_algos.py:1984, :1987: exp(sum(s * m) / (n_b + 1e-8)) and sum(A * m) / (n_b + 1e-8)
         "gmpo_token_loss": "geo_mean divides the row sums by n_b + 1e-8 (core_algos.py:1984, :1987): relative ~1e-8/n_b",
+        # spec v1.1 estimators: masked_whiten's mean and variance are masked_mean, (n + 1e-8) in the count
+        # (utils/torch_functional.py:308, :313-315); gpg's alpha = bsz / count_nonzero(...) is a float32
+        # tensor whatever the rewards' dtype (core_algos.py:810-811)
+        "reinforce_pp_advantages": "masked_whiten's masked_mean divides by n + 1e-8 (utils/torch_functional.py:308)",
+        "reinforce_pp_baseline_advantages": "masked_whiten's masked_mean divides by n + 1e-8 (utils/torch_functional.py:308)",
+        "gpg_advantages": "alpha = bsz / count_nonzero(scores) is a float32 tensor (core_algos.py:810-811)",
+        # workers/reward_manager/dapo.py:124-126: -exceed_len / len * factor with exceed_len an int64 tensor
+        "overlong_penalty": "the penalty is an int64 length tensor divided by an int, a float32 tensor (dapo.py:124-126)",
     }
 
     LOGPROBS_OP = "logprobs_from_logits"
@@ -165,6 +198,114 @@ class VerlAdapter(SubprocessAdapter):
 
     def rloo_advantages(self, rewards: Any, group_size: int) -> np.ndarray:
         return self.outcome_advantages("rloo", rewards, group_size)
+
+    # ------------------------------------------------------------------------------------------
+    # spec v1.1 advantage estimators (core_algos.py's registry, as ray_trainer.compute_advantage calls them)
+    # ------------------------------------------------------------------------------------------
+
+    def advantage_estimators(self) -> tuple[str, ...]:
+        """Every name registered in the installed verl's ``ADV_ESTIMATOR_REGISTRY`` (``register_adv_est``)."""
+        return tuple(self._worker.hello.get("info", {}).get("adv_estimators", ()))
+
+    @staticmethod
+    def _whitened_by_verl(m: np.ndarray) -> None:
+        """verl's ``masked_whiten`` raises for a mask sum of 0 or 1 (utils/torch_functional.py:311-326)."""
+        n = int(m.sum())
+        if n <= 1:
+            raise NotImplementedError(f"verl's masked_whiten raises ValueError for a mask sum of {n} "
+                                      "(utils/torch_functional.py:311-326); the spec returns 0")
+
+    @staticmethod
+    def _scores_at_last_token(r: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """``[B]`` scores as verl's token_level_rewards: on each row's last valid token (column 0 for an
+        empty row; verl's estimators read ``token_level_rewards.sum(-1)``)."""
+        out = np.zeros(m.shape, dtype=r.dtype)
+        last = np.where(m.any(axis=1), m.shape[1] - 1 - np.argmax(m[:, ::-1], axis=1), 0)
+        out[np.arange(m.shape[0]), last] = r
+        return out
+
+    def _grouped_call(self, fn: str, name: str, rewards: Any, group_size: int, mask: Any = None,
+                      algo: dict[str, Any] | None = None, **arrays: Any) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """verl's estimator ``name`` on [B] rewards in contiguous groups: on the scores' [B, 1] layout, or
+        with ``mask`` on the token layout (the score on each row's last valid token)."""
+        r, G = io.check_groups(fn, rewards, group_size)
+        m = np.ones((r.shape[0], 1), dtype=bool) if mask is None else io.check_mask(fn, mask, (r.shape[0], np.shape(mask)[-1]))
+        request = {"token_level_rewards": r[:, None] if mask is None else self._scores_at_last_token(r, m),
+                   "response_mask": io.as_mask_of(m, r.dtype), "index": np.arange(r.shape[0], dtype=np.int64) // G, **arrays}
+        params: dict[str, Any] = {"name": name}
+        if algo is not None:
+            params["algo"] = algo
+        return self._worker.call("advantage", request, params)["outputs"], r, m
+
+    def reinforce_pp_advantages(self, token_rewards: Any, mask: Any, *, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """``reinforce_plus_plus`` (core_algos.py:693-731) with ``AlgoConfig(gamma=gamma)``."""
+        fn = "reinforce_pp_advantages"
+        r = io.float_array(fn, "token_rewards", token_rewards, 2)
+        m = io.check_mask(fn, mask, r.shape)
+        io.check_finite(fn, "token_rewards", r, m)
+        g = self._positive(fn, "gamma", gamma, strict=False)
+        if g > 1:
+            raise io.fail(fn, "gamma", f"expected 0 <= gamma <= 1, got {gamma!r}")
+        self._whitened_by_verl(m)
+        arrays = {"token_level_rewards": io.clean(r, m), "response_mask": io.as_mask_of(m, r.dtype)}
+        out = self._worker.call("advantage", arrays, {"name": "reinforce_plus_plus", "algo": {"gamma": g}})["outputs"]
+        return io.masked_out(out["advantages"], m, r.dtype), io.masked_out(out["returns"], m, r.dtype)
+
+    def reinforce_pp_baseline_advantages(self, rewards: Any, group_size: int, mask: Any) -> np.ndarray:
+        """``reinforce_plus_plus_baseline`` (core_algos.py:533-584) on the token layout."""
+        fn = "reinforce_pp_baseline_advantages"
+        self._whitened_by_verl(np.asarray(mask, dtype=bool))
+        out, r, m = self._grouped_call(fn, "reinforce_plus_plus_baseline", rewards, group_size, mask)
+        return io.masked_out(out["advantages"], m, r.dtype)
+
+    def remax_advantages(self, rewards: Any, greedy_rewards: Any, group_size: int) -> np.ndarray:
+        """``remax`` (core_algos.py:734-767) with ``reward_baselines`` = each prompt's greedy reward repeated
+        over its samples (``batch.repeat(n, interleave=True)``, ray_trainer.py:1534-1538)."""
+        fn = "remax_advantages"
+        r, G = io.check_groups(fn, rewards, group_size)
+        b = io.float_array(fn, "greedy_rewards", greedy_rewards, 1)
+        if b.shape[0] * G != r.shape[0]:
+            raise io.fail(fn, "greedy_rewards", f"expected shape ({r.shape[0] // G},), got {b.shape}")
+        out, _, _ = self._grouped_call(fn, "remax", r, G, reward_baselines=np.repeat(b.astype(r.dtype), G))
+        return np.asarray(out["advantages"])[:, 0].astype(r.dtype)
+
+    def opo_advantages(self, rewards: Any, group_size: int, mask: Any) -> np.ndarray:
+        """``opo`` (core_algos.py:639-690) on the token layout; a row's advantage is read at its first valid
+        token."""
+        fn = "opo_advantages"
+        m = np.asarray(mask, dtype=bool)
+        if m.ndim == 2 and not m.any(axis=1).all():
+            raise NotImplementedError("verl's OPO advantage is scores.unsqueeze(-1) * response_mask (core_algos.py:688): "
+                                      "a row without response tokens shows none (and a group of such rows is 0/0 = NaN, :683)")
+        out, r, m = self._grouped_call(fn, "opo", rewards, group_size, mask)
+        first = np.argmax(m, axis=1)
+        return np.asarray(out["advantages"])[np.arange(m.shape[0]), first].astype(r.dtype)
+
+    def grpo_passk_advantages(self, rewards: Any, group_size: int, *, scale: str = "group") -> np.ndarray:
+        """``grpo_passk`` (core_algos.py:471-530); ``scale`` -> ``AlgoConfig.norm_adv_by_std_in_grpo``."""
+        fn = "grpo_passk_advantages"
+        self._choice(fn, "scale", scale, ("group", "none"))
+        out, r, _ = self._grouped_call(fn, "grpo_passk", rewards, group_size, algo={"norm_adv_by_std_in_grpo": scale == "group"})
+        return np.asarray(out["advantages"])[:, 0].astype(r.dtype)
+
+    def gpg_advantages(self, rewards: Any, group_size: int) -> np.ndarray:
+        """``gpg`` (core_algos.py:770-830)."""
+        out, r, _ = self._grouped_call("gpg_advantages", "gpg", rewards, group_size)
+        return np.asarray(out["advantages"])[:, 0].astype(r.dtype)
+
+    def gdpo_token_advantages(self, rewards: np.ndarray, group_size: int, mask: np.ndarray,
+                              reward_weights: list[float] | None = None) -> np.ndarray:
+        """``gdpo`` (core_algos.py:361-468) on [B, K] scores: the keys ``gdpo_reward_keys`` of an
+        ``AlgoConfig``, the scores as ``non_tensor_batch`` (verl places each at the row's last response
+        token, :423-433), ``response_mask`` = ``mask``; verl's [B, T] advantages (masked_whiten over tokens)."""
+        K = rewards.shape[1]
+        algo: dict[str, Any] = {"gdpo_reward_keys": [f"reward_{k}" for k in range(K)]}
+        if reward_weights is not None:
+            algo["gdpo_reward_weights"] = [float(w) for w in reward_weights]
+        arrays = {"token_level_rewards": np.zeros(mask.shape, dtype=rewards.dtype), "response_mask": mask.astype(rewards.dtype),
+                  "index": np.arange(mask.shape[0], dtype=np.int64) // group_size, "gdpo_scores": rewards}
+        out = self._worker.call("advantage", arrays, {"name": "gdpo", "algo": algo})["outputs"]
+        return io.masked_out(out["advantages"], mask, rewards.dtype)
 
     def _gae(self, token_rewards: Any, values: Any, mask: Any, gamma: float, lam: float) -> tuple[dict[str, np.ndarray], np.ndarray, Any]:
         """(``compute_gae_advantage_return``'s outputs, the mask, the rewards' dtype)."""
@@ -213,6 +354,29 @@ class VerlAdapter(SubprocessAdapter):
         """``core_algos.kl_penalty`` under verl's own name (``"kl"``, ``"abs"``, ``"mse"``, ``"low_var_kl"``,
         ``"k3+"``, ...): the value, or with ``upstream`` the gradient w.r.t. ``logp``."""
         return self._kl(logp, ref_logp, mask, "", upstream, name=name)
+
+    # spec v1.1 kl.loss: verl's kl_loss_type names, "+" = straight-through (core_algos.py:2200-2213)
+    KL_LOSS_NAMES = {"k1": "k1", "k2": "k2", "k3": "k3", "abs": "abs"}
+    KL_LOSS_SUFFIX = {"estimator": "", "straight_through": "+"}
+
+    def _kl_loss_name(self, estimator: str, gradient: str) -> str:
+        fn = "kl_loss_term"
+        if estimator not in self.KL_LOSS_NAMES:
+            raise io.fail(fn, "estimator", f"expected one of {sorted(self.KL_LOSS_NAMES)}, got {estimator!r}")
+        if gradient in ("unbiased", "bias_corrected"):
+            raise NotImplementedError(f"verl's kl_penalty has no {gradient!r} form: no importance ratio enters it "
+                                      "(core_algos.py:2188-2213)")
+        if gradient not in self.KL_LOSS_SUFFIX:
+            raise io.fail(fn, "gradient", f"expected one of {sorted(self.KL_LOSS_SUFFIX)}, got {gradient!r}")
+        return self.KL_LOSS_NAMES[estimator] + self.KL_LOSS_SUFFIX[gradient]
+
+    def kl_loss_term(self, logp: Any, ref_logp: Any, mask: Any, old_logp: Any = None, *, estimator: str = "k3",
+                     gradient: str = "estimator") -> np.ndarray:
+        return self.verl_kl_penalty(logp, ref_logp, mask, self._kl_loss_name(estimator, gradient))
+
+    def kl_loss_term_grad(self, logp: Any, ref_logp: Any, mask: Any, old_logp: Any, upstream: Any, *, estimator: str = "k3",
+                          gradient: str = "estimator") -> np.ndarray:
+        return self.verl_kl_penalty(logp, ref_logp, mask, self._kl_loss_name(estimator, gradient), upstream)
 
     # ------------------------------------------------------------------------------------------
     # policy and value losses (the per-token matrix verl aggregates)
@@ -344,6 +508,52 @@ class VerlAdapter(SubprocessAdapter):
 
     def dro_token_loss_grad(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, upstream: Any, *, beta: float) -> np.ndarray:
         return self._policy("dro_token_loss", self._dro_params(beta), logp, old_logp, advantages, mask, upstream)
+
+    # ------------------------------------------------------------------------------------------
+    # spec v1.1: covariance-selected tokens (core_algos.py's registered clip_cov, kl_cov)
+    # ------------------------------------------------------------------------------------------
+
+    def _fraction(self, fn: str, fraction: Any) -> float:
+        f = self._positive(fn, "fraction", fraction)
+        if f > 1.0:
+            raise io.fail(fn, "fraction", f"expected a number <= 1, got {fraction!r}")
+        return f
+
+    def clip_cov_mask(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, draws: Any, *, fraction: float = 2e-4,
+                      cov_low: float = 1.0, cov_high: float = 5.0, eps_low: float = 0.2, eps_high: float = 0.2) -> np.ndarray:
+        fn = "clip_cov_mask"
+        lp = io.float_array(fn, "logp", logp, 2)
+        old = io.float_array(fn, "old_logp", old_logp, 2).astype(lp.dtype)
+        m = io.check_mask(fn, mask, lp.shape)
+        u = io.float_array(fn, "draws", draws, 2).astype(lp.dtype)
+        for name, x in (("logp", lp), ("old_logp", old), ("draws", u)):
+            io.check_finite(fn, name, x, m)
+        low = self._positive(fn, "eps_low", eps_low, strict=False)
+        high = self._positive(fn, "eps_high", eps_high, strict=False)
+        if not (math.isfinite(float(cov_low)) and math.isfinite(float(cov_high)) and float(cov_low) < float(cov_high)):
+            raise io.fail(fn, "cov_high", f"expected a finite number > cov_low = {cov_low!r}, got {cov_high!r}")
+        params = {**self._loss_params("clip_cov", {"clip_ratio": low, "clip_ratio_low": low, "clip_ratio_high": high}),
+                  "policy_loss": {"clip_cov_ratio": self._fraction(fn, fraction), "clip_cov_lb": float(cov_low),
+                                  "clip_cov_ub": float(cov_high)}}
+        arrays = {"log_prob": io.clean(lp, m), "old_log_prob": io.clean(old, m),
+                  "advantages": io.per_token(advantages, m, fn, lp.dtype), "response_mask": io.as_mask_of(m, lp.dtype),
+                  "clip_cov_draws": io.clean(u, m)}
+        keep = self._worker.call("policy_loss", arrays, params)["outputs"]["clip_cov_keep"]
+        return (np.asarray(keep) > 0.5) & m
+
+    def _kl_cov_params(self, fraction: float, coef: float) -> dict[str, Any]:
+        fn = "kl_cov_token_loss"
+        return {**self._loss_params("kl_cov", {}),
+                "policy_loss": {"kl_cov_ratio": self._fraction(fn, fraction), "ppo_kl_coef": self._positive(fn, "coef", coef, strict=False)}}
+
+    def kl_cov_token_loss(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, fraction: float = 2e-4,
+                          coef: float = 0.1) -> np.ndarray:
+        return self._policy("kl_cov_token_loss", self._kl_cov_params(fraction, coef), logp, old_logp, advantages, mask)
+
+    def kl_cov_token_loss_grad(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, upstream: Any, *,
+                               fraction: float = 2e-4, coef: float = 0.1) -> np.ndarray:
+        return self._policy("kl_cov_token_loss", self._kl_cov_params(fraction, coef), logp, old_logp, advantages, mask,
+                            upstream)
 
     def _value_params(self, clip: float | None) -> dict[str, Any]:
         return {"cliprange_value": float("inf") if clip is None else float(clip), "loss_agg_mode": "token-mean"}
@@ -494,6 +704,32 @@ class VerlAdapter(SubprocessAdapter):
                                       behav_mode: str = "truncate") -> np.ndarray:
         return self._decoupled(logp, prox_logp, behav_logp, advantages, mask, eps_low, eps_high, dual_clip, behav_cap,
                                behav_mode, upstream)
+
+    # ------------------------------------------------------------------------------------------
+    # spec v1.1 reward.overlong: DAPORewardManager's overlong penalty (workers/reward_manager/dapo.py)
+    # ------------------------------------------------------------------------------------------
+
+    def overlong_penalty(self, lengths: Any, *, max_length: int, buffer: int, factor: float = 1.0) -> np.ndarray:
+        """The reward ``DAPORewardManager`` gives a response of ``lengths[b]`` tokens when the score is 0: its
+        overlong penalty (``dapo.py:119-127``: ``max_resp_len = max_length``, ``overlong_buffer.len = buffer``,
+        ``penalty_factor = factor``). verl refuses ``buffer = 0`` (``dapo.py:52-56``): not implemented."""
+        fn = "overlong_penalty"
+        L = np.asarray(lengths)
+        if L.dtype.kind not in "iu":
+            raise io.fail(fn, "lengths", f"expected an integer array [B], got dtype {L.dtype}", TypeError)
+        if L.ndim != 1 or (L < 0).any():
+            raise io.fail(fn, "lengths", f"expected 1-D [B] lengths >= 0, got {L.tolist()!r}")
+        for name, value in (("max_length", max_length), ("buffer", buffer)):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise io.fail(fn, name, f"expected an int, got {type(value).__name__}", TypeError)
+        if max_length < 1 or not 0 <= buffer <= max_length:
+            raise io.fail(fn, "buffer", f"expected 0 <= buffer <= max_length >= 1, got {buffer!r}, {max_length!r}")
+        factor = self._positive(fn, "factor", factor, strict=False)
+        if buffer == 0:
+            raise NotImplementedError("DAPORewardManager asserts overlong_buffer.len > 0 (workers/reward_manager/dapo.py:52-56)")
+        out = self._worker.call("dapo_overlong", {"lengths": L.astype(np.int64)},
+                                {"max_resp_len": int(max_length), "buffer_len": int(buffer), "penalty_factor": factor})
+        return np.asarray(out["outputs"]["penalty"], dtype=np.float64)
 
     # ------------------------------------------------------------------------------------------
     # agg.*

@@ -190,7 +190,8 @@ def _stub(record: QuantityInfo, array_api: str) -> str:
         f"Equation, gradient, edge cases: `rlspec explain {record.spec_id}`.",
     ]
     doc = "\n\n".join(
-        textwrap.fill(p, WIDTH, initial_indent=" " * 8 + ('"""' if i == 0 else ""), subsequent_indent=" " * 8)
+        textwrap.fill(p, WIDTH, initial_indent=" " * 8 + ('"""' if i == 0 else ""), subsequent_indent=" " * 8,
+                      break_on_hyphens=False)
         for i, p in enumerate(paragraphs)
     )
     text = _def(record.function, inspect.signature(record.oracle))
@@ -220,4 +221,5 @@ def _def(name: str, signature: inspect.Signature) -> str:
 
 def _comment(text: str, indent: str, hang: str = "") -> str:
     """`text` as `#` comment lines of at most WIDTH columns; continuation lines indented by `hang`."""
-    return textwrap.fill(text, WIDTH, initial_indent=f"{indent}# ", subsequent_indent=f"{indent}# {hang}") + "\n"
+    return textwrap.fill(text, WIDTH, initial_indent=f"{indent}# ", subsequent_indent=f"{indent}# {hang}",
+                         break_on_hyphens=False) + "\n"

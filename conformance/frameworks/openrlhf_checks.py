@@ -1,7 +1,7 @@
 """OpenRLHF rows that are not single core-API calls: ``aggregate_loss`` (token-level and sample-level; local,
 with the trainer's normalisers, and over two data-parallel ranks), the aggregated ``PolicyLoss`` (ppo,
 asymmetric clip, dual-clip, gspo) and ``ValueLoss`` (value and gradient), ``compute_approx_kl`` per
-estimator and with ``unbiased_gradient=True``, and the estimators of
+estimator and with ``unbiased_gradient=True`` (spec v1.1 ``kl_loss_term(gradient="unbiased")``), and the estimators of
 ``RemoteExperienceMaker.compute_advantages_and_returns`` (group_norm, dr_grpo, rloo, flash_reinforce,
 reinforce_baseline and gae with their batch whitening), and the rollout-engine importance correction
 inside ``PolicyLoss`` (spec v1.1 ``offpolicy.*``): the coefficient and keep decision per setting
@@ -220,13 +220,34 @@ def kl_rows(adapter: Any, seed: int) -> list[RowResult]:
         rows.append(fixed_row(view, "kl_penalty", row_id=f"openrlhf.compute_approx_kl[{est}]", fixed={"estimator": est}, seed=seed))
         rows.append(kl_batch_row(adapter, seed, est, unbiased=False))
         rows.append(kl_batch_row(adapter, seed, est, unbiased=True))
+        rows.append(unbiased_row(adapter, seed, est))
     return rows
+
+
+def _needs_old_logp(case: Any) -> str | None:
+    return "no old_logp in this case: the unbiased form's weight needs one" if case.args.get("old_logp") is None else None
+
+
+def unbiased_row(adapter: Any, seed: int, est: str) -> RowResult:
+    """``compute_approx_kl(kl_estimator=est, unbiased_gradient=True, log_probs_old=old_logp)`` as spec v1.1
+    ``kl_loss_term(estimator=est, gradient="unbiased")`` on the seeded property cases and golden vectors
+    (``models/utils.py:115-128``: the estimate's value, the gradient of w·½d² with w = min(π/π_old, 10)
+    detached)."""
+    view = FunctionView(
+        adapter, "kl_loss_term",
+        lambda lp, ref, m, old=None, *, estimator="k3", gradient="estimator": adapter.approx_kl(
+            lp, ref, m, estimator=est, old_logp=old, unbiased_gradient=True),
+        lambda lp, ref, m, old, up, *, estimator="k3", gradient="estimator": adapter.approx_kl(
+            lp, ref, m, estimator=est, old_logp=old, unbiased_gradient=True, upstream=up),
+    )
+    return fixed_row(view, "kl_loss_term", row_id=f"openrlhf.compute_approx_kl[{est},unbiased_gradient]",
+                     fixed={"estimator": est, "gradient": "unbiased"}, seed=seed, skip=_needs_old_logp)
 
 
 def kl_batch_row(adapter: Any, seed: int, est: str, *, unbiased: bool) -> RowResult:
     """On the loss batch (k3 beyond the ±10 clamp on one token); with ``unbiased_gradient=True`` the value
     is the estimator's and the gradient is w·(logp − ref) with w = min(π/π_old, 10), detached
-    (``models/utils.py:118-128``)."""
+    (``models/utils.py:118-128``): spec v1.1 ``kl_loss_term(gradient="unbiased")``."""
     batch = round_batch(loss_batch(seed), DTYPE)
     m, lp, ref, old = batch["mask"], batch["logp"], batch["ref_logp"], batch["old_logp"]
     u = upstream_for(m.shape, seed + 11, DTYPE)
@@ -237,28 +258,23 @@ def kl_batch_row(adapter: Any, seed: int, est: str, *, unbiased: bool) -> RowRes
         return {"value": adapter.approx_kl(lp.astype(f32), ref.astype(f32), m, **kw),
                 "grad[logp]": adapter.approx_kl(lp.astype(f32), ref.astype(f32), m, upstream=u.astype(f32), **kw)}
 
-    def ev(value_kw: dict[str, Any], straight_through: bool) -> Any:
-        def run() -> dict[str, Any]:
-            if straight_through:
-                w = np.minimum(np.exp(np.where(m, lp - old, 0.0)), 10.0)
-                grad = oracle.kl_penalty_grad(lp, ref, m, u * w, estimator="k2")
-            else:
-                grad = oracle.kl_penalty_grad(lp, ref, m, u, **value_kw)
-            return {"value": oracle.kl_penalty(lp, ref, m, **value_kw), "grad[logp]": grad}
-        return run
+    def ev(kw: dict[str, Any]) -> Any:
+        if unbiased:
+            kw = {**kw, "gradient": "unbiased"}
+            return lambda: {"value": oracle.kl_loss_term(lp, ref, m, old, **kw),
+                            "grad[logp]": oracle.kl_loss_term_grad(lp, ref, m, old, u, **kw)}
+        return lambda: {"value": oracle.kl_penalty(lp, ref, m, **kw), "grad[logp]": oracle.kl_penalty_grad(lp, ref, m, u, **kw)}
 
+    name = "kl_loss_term(gradient='unbiased', " if unbiased else "kl_penalty("
     canonical = {"estimator": est}
-    preset = {**canonical, **oracle.presets.preset_kwargs("openrlhf", "kl_penalty")}
-    cands = [Candidate("canonical", f"kl_penalty({fmt(canonical)})", ev(canonical, False)),
-             Candidate(fmt({"clamp": preset.get("clamp")}), f"kl_penalty({fmt(preset)})", ev(preset, False), preset="openrlhf",
-                       kwargs={"clamp": preset.get("clamp")})]
-    if unbiased:
-        cands = [Candidate("clamp=10.0, gradient w*(logp - ref), w = min(pi/pi_old, 10) detached",
-                           f"value kl_penalty({fmt(preset)}), gradient kl_penalty_grad(estimator='k2', upstream*w)",
-                           ev(preset, True), kwargs={"clamp": 10.0, "gradient": "k2 x detached IS weight (unbiased_gradient)"})] + cands
+    clamp = oracle.presets.preset_kwargs("openrlhf", "kl_penalty")
+    preset = {**canonical, **clamp}
+    cands = [Candidate("canonical", f"{name}{fmt(canonical)})", ev(canonical)),
+             Candidate(fmt(clamp), f"{name}{fmt(preset)})", ev(preset), preset="openrlhf", kwargs=dict(clamp))]
     rid = f"openrlhf.compute_approx_kl[{est},loss batch{',unbiased_gradient' if unbiased else ''}]"
-    return composition_row(rid, "kl.estimator", "openrlhf.compute_approx_kl", adapter, got, cands,
-                           value_and_grad_tolerances("kl.estimator", DTYPE), seed=seed)
+    spec_id = "kl.loss" if unbiased else "kl.estimator"
+    return composition_row(rid, spec_id, "openrlhf.compute_approx_kl", adapter, got, cands,
+                           value_and_grad_tolerances(spec_id, DTYPE), seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,16 +299,56 @@ def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
     view = FunctionView(adapter, "reinforce_advantages", lambda r, *, baseline="none": adapter.outcome_advantages("flash_reinforce", r, 1))
     rows.append(fixed_row(view, "reinforce_advantages", row_id="openrlhf.advantages[flash_reinforce]", fixed={"baseline": "batch_mean"}, seed=seed))
     rows.append(reinforce_baseline_row(adapter, seed))
+    rows += [reinforce_row(adapter, seed, gamma, KL_COEF) for gamma in (1.0, 0.9)]
     rows += [gae_row(adapter, seed, 1.0, 1.0), gae_row(adapter, seed, 0.99, 0.95)]
     return rows
 
 
+KL_COEF = 0.05  # a KL coefficient for the rows that fold the KL reward in (--algo.kl.init_coef is 0.01)
+RPP_PRESET = oracle.presets.preset_kwargs("openrlhf", "reinforce_pp_advantages")
+
+
+def reinforce_row(adapter: Any, seed: int, gamma: float, kl_coef: float) -> RowResult:
+    """``reinforce`` (spec v1.1 adv.reinforce_pp) with the KL in the reward: compute_reward's token rewards (the
+    score on the last action token, ``-kl_coef * kl`` on every token, models/utils.py:131-158), their
+    cumulative returns with gamma over every position (get_cumulative_returns, experience_maker.py:390-421),
+    then the batch whitening: the composition ``reinforce_pp_advantages(rlhf_token_rewards(scores, logp,
+    ref_logp, mask, kl_coef, "k1"), mask, gamma)``, on the loss batch (a masked tool token in row 3, where
+    the gap rules differ for gamma < 1)."""
+    batch = round_batch(loss_batch(seed), DTYPE)
+    m, lp, ref = batch["mask"], batch["logp"], batch["ref_logp"]
+    scores = np.round(np.random.default_rng(seed + 9).normal(0.0, 1.0, size=m.shape[0]), 3).astype(np.float32).astype(np.float64)
+    kl = np.where(m, lp - ref, 0.0)  # compute_approx_kl's k1 (experience_maker.py:206-210), 0 where masked
+
+    def got() -> dict[str, Any]:
+        adv, ret = adapter.experience_advantages("reinforce", scores.astype(np.float32), 1, mask=m, kl=kl.astype(np.float32),
+                                                 kl_coef=kl_coef, gamma=gamma)
+        return {"value": np.where(m, adv, 0.0), "returns": np.where(m, ret, 0.0)}
+
+    def ev(kw: dict[str, Any]) -> Any:
+        def run() -> dict[str, Any]:
+            token_rewards = oracle.rlhf_token_rewards(scores, lp, ref, m, kl_coef=kl_coef, estimator="k1")
+            A, R = oracle.reinforce_pp_advantages(token_rewards, m, gamma=gamma, **kw)
+            return {"value": A, "returns": R}
+        return run
+
+    formula = "reinforce_pp_advantages(rlhf_token_rewards(scores, logp, ref_logp, mask, kl_coef={:g}), mask, gamma={:g}{})"
+    cands = [Candidate("canonical", formula.format(kl_coef, gamma, ""), ev({})),
+             Candidate(fmt(RPP_PRESET), formula.format(kl_coef, gamma, ", " + fmt(RPP_PRESET)), ev(RPP_PRESET),
+                       preset="openrlhf", kwargs=RPP_PRESET)]
+    tol = {"value": tolerance("adv.whiten", DTYPE, "value"), "returns": tolerance("adv.gae", DTYPE, "value")}
+    return composition_row(f"openrlhf.advantages[reinforce,gamma={gamma:g},kl_coef={kl_coef:g}]", "reward.rlhf+adv.reinforce_pp",
+                           "openrlhf.compute_advantages_and_returns", adapter, got, cands, tol, seed=seed)
+
+
 WHITEN_PRESET = oracle.presets.preset_kwargs("openrlhf", "whiten")
+RPPB_PRESET = oracle.presets.preset_kwargs("openrlhf", "reinforce_pp_baseline_advantages")
 
 
 def reinforce_baseline_row(adapter: Any, seed: int, G: int = 2) -> RowResult:
-    """``reinforce_baseline``: r − group mean, broadcast over the valid tokens (cumulative returns with
-    γ = 1), then whitened over every valid token of the batch (biased variance, floored at 1e-8)."""
+    """``reinforce_baseline`` (spec v1.1 adv.reinforce_pp_baseline): r − group mean, broadcast over the valid
+    tokens (cumulative returns with γ = 1), then whitened over every valid token of the batch (biased
+    variance, floored at 1e-8), on the loss batch (garbage at masked positions, an empty row)."""
     batch = round_batch(loss_batch(seed), DTYPE)
     m = batch["mask"]
     rewards = np.round(np.random.default_rng(seed + 3).normal(0.0, 1.0, size=m.shape[0]), 3).astype(np.float32).astype(np.float64)
@@ -302,17 +358,13 @@ def reinforce_baseline_row(adapter: Any, seed: int, G: int = 2) -> RowResult:
         return {"value": np.where(m, adv, 0.0)}
 
     def ev(kw: dict[str, Any]) -> Any:
-        def run() -> dict[str, Any]:
-            a = oracle.grpo_advantages(rewards, G, scale="none")
-            tokens = np.where(m, a[:, None], 0.0)
-            return {"value": oracle.whiten(tokens, m, **kw)}
-        return run
+        return lambda: {"value": oracle.reinforce_pp_baseline_advantages(rewards, G, m, **kw)}
 
-    cands = [Candidate("canonical", "whiten(grpo_advantages(scale='none') on every valid token)", ev({})),
-             Candidate(fmt(WHITEN_PRESET), f"whiten(grpo_advantages(scale='none') on every valid token, {fmt(WHITEN_PRESET)})",
-                       ev(WHITEN_PRESET), preset="openrlhf", kwargs=WHITEN_PRESET)]
+    cands = [Candidate("canonical", f"reinforce_pp_baseline_advantages(group_size={G})", ev({})),
+             Candidate(fmt(RPPB_PRESET), f"reinforce_pp_baseline_advantages(group_size={G}, {fmt(RPPB_PRESET)})",
+                       ev(RPPB_PRESET), preset="openrlhf", kwargs=RPPB_PRESET)]
     tol = {"value": tolerance("adv.whiten", DTYPE, "value")}
-    return composition_row("openrlhf.advantages[reinforce_baseline]", "adv.grpo+adv.whiten", "openrlhf.compute_advantages_and_returns",
+    return composition_row("openrlhf.advantages[reinforce_baseline]", "adv.reinforce_pp_baseline", "openrlhf.compute_advantages_and_returns",
                            adapter, got, cands, tol, seed=seed)
 
 

@@ -20,6 +20,8 @@ What is called (openrlhf 0.11.2; paths relative to ``openrlhf/``):
 | ``loss_batch_info`` | ``utils/loss_utils.py::get_loss_batch_info`` (the normalisers the trainer passes to the losses) |
 | ``gae`` | ``trainer/ppo_utils/experience_maker.py::RemoteExperienceMaker.get_advantages_and_returns`` (:343-387) |
 | ``advantages`` | ``RemoteExperienceMaker.compute_advantages_and_returns`` (:238-341) on ``Experience`` objects, with a ``FixedKLController`` and the ``args`` it reads |
+| ``reward_shaping`` | the same with estimator ``"reinforce"`` and one action per sample: ``trainer/ppo_utils/length_penalty.py::apply_length_penalties`` (DAPO overlong penalty :16-58, stop-properly penalty :61-106) then ``compute_reward``'s clip to ``reward.clip_range`` (``models/utils.py:141-142``); the returns are the shaped rewards |
+| ``kl_controller`` | ``trainer/ppo_utils/kl_controller.py::AdaptiveKLController`` (:4-19): built with ``init_kl_coef``, ``target``, ``horizon``, one ``update(current, n_steps)``, its ``value`` |
 
 Importing on CPU. ``pip install openrlhf`` cannot work on CPU (its requirements pin ``flash-attn==2.8.3``, a
 CUDA build, and ``deepspeed``), so the environment has ``openrlhf --no-deps``, torch and transformers.
@@ -197,7 +199,7 @@ def load() -> dict[str, Any]:
     em = found.get("experience_maker")
     if em is not None:
         from openrlhf.trainer.ppo_utils.experience import Experience
-        from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
+        from openrlhf.trainer.ppo_utils.kl_controller import AdaptiveKLController, FixedKLController
 
         maker_cls = em.RemoteExperienceMaker
 
@@ -220,8 +222,38 @@ def load() -> dict[str, Any]:
             (out,) = maker.compute_advantages_and_returns([exp])
             return {"advantages": out.advantages, "returns": out.returns}
 
+        def reward_shaping(t: dict[str, Any], *, max_new_tokens: int | None = None, overlong_buffer_len: float | None = None,
+                           overlong_penalty_factor: float = 1.0, stop_properly_penalty_coef: float | None = None,
+                           reward_clip_range: Any = None) -> dict[str, Any]:
+            # compute_advantages_and_returns with estimator "reinforce" (no baseline, gamma 1) on one Experience
+            # of one action per sample: the returns are the shaped rewards, i.e. apply_length_penalties
+            # (experience_maker.py:246: DAPO overlong, then stop-properly) and compute_reward's clip (:284-290)
+            ns = types.SimpleNamespace
+            args = ns(algo=ns(advantage=ns(estimator="reinforce", gamma=1.0, lambd=1.0, no_std_norm=False)),
+                      rollout=ns(n_samples_per_prompt=1, max_new_tokens=max_new_tokens),
+                      reward=ns(clip_range=None if reward_clip_range is None else tuple(reward_clip_range),
+                                overlong_buffer_len=overlong_buffer_len, overlong_penalty_factor=overlong_penalty_factor,
+                                stop_properly_penalty_coef=stop_properly_penalty_coef),
+                      data=ns(max_len=None))
+            maker = maker_cls(None, None, None, None, FixedKLController(0.0), ns(args=args), None)
+            rewards = t["rewards"].clone()
+            B = rewards.shape[0]
+            exp = Experience(action_mask=torch.ones(B, 1, dtype=torch.bool), kl=torch.zeros(B, 1, dtype=rewards.dtype),
+                             rewards=rewards, response_length=t["lengths"], truncated=t["truncated"], index=list(range(B)),
+                             info={})
+            (out,) = maker.compute_advantages_and_returns([exp])
+            return {"shaped": out.returns[:, 0]}
+
+        def kl_controller(t: dict[str, Any], *, kl_coef: float, current_kl: float, n_steps: int, target: float,
+                          horizon: float) -> dict[str, Any]:
+            controller = AdaptiveKLController(kl_coef, target, horizon)
+            controller.update(current_kl, n_steps)
+            return {"value": float(controller.value)}
+
         ops["gae"] = gae
         ops["advantages"] = advantages
+        ops["reward_shaping"] = reward_shaping
+        ops["kl_controller"] = kl_controller
     info = {"stubs": stubs, "loss_module": loss.__file__,
             "experience_maker": "imported" if em is not None else found.get("experience_maker_error", "")}
     return {"version": version, "ops": ops, "info": info}

@@ -1,12 +1,20 @@
 """verl rows that are not single core-API calls: every ``agg_loss`` mode (with the engine's global batch
 info, with verl's local fallback, and split over two data-parallel ranks), the aggregated policy losses
 (vanilla, GSPO, CISPO) and value loss (value and gradient w.r.t. the log-probs / values), GRPO with and
-without std scaling, the vectorised estimators, every ``kl_penalty`` name and GAE's whitened output;
+without std scaling, the vectorised estimators, every ``kl_penalty`` name (``"abs"`` and the ``"+"``
+straight-through names as spec v1.1 ``kl_loss_term`` rows) and GAE's whitened output;
 for spec v1.1, the k1 rejection bounds read as verl documents them and the rollout-corrected policy
 losses of verl's decoupled and bypass modes; for the spec v1.1 policy losses of 2025-26, every
 registered ``sapo``, ``geo_mean`` (GMPO), ``dppo_tv``, ``dppo_kl``, ``dro`` and ``gpg`` loss under each
-``loss_agg_mode`` (``sapo`` and ``geo_mean`` reduce the same way whatever the mode), and ``clip_cov`` /
-``kl_cov`` as "not implemented" rows naming the spec quantity they lack.
+``loss_agg_mode`` (``sapo`` and ``geo_mean`` reduce the same way whatever the mode); for the spec v1.1
+covariance-selected tokens, ``clip_cov`` (``ppo_token_loss(dual_clip=None) · clip_cov_mask``, verl's
+``torch.randperm`` made the order of the batch's ``draws``: ``verl_ops.py``) and ``kl_cov``
+(``kl_cov_token_loss``) under each mode and at other ``PolicyLossConfig`` values.
+
+For spec v1.1's advantage estimators, every name in verl's ``ADV_ESTIMATOR_REGISTRY`` has a row
+(``ESTIMATORS`` says where): the core-API rows of the adapter, ``reinforce_plus_plus`` on the loss batch,
+``gdpo`` as a composition with ``adv.whiten``, and "not implemented" rows for the optimal-token-baseline
+estimators (``NO_SPEC_ESTIMATOR``) and for any registered name this module does not know.
 
 Entry point: ``extra_rows(adapter, seed) -> list[RowResult]`` (``adapter`` is a
 ``conformance.adapters.verl_adapter.VerlAdapter``). Row ids look like ``verl.agg_loss[seq-mean-token-mean,local]``,
@@ -55,12 +63,12 @@ from conformance.frameworks.checks import (
     fmt,
     loss_batch,
     loss_call,
+    loss_mask,
     loss_tolerances,
     mean_over_ranks,
     not_implemented_row,
     policy_piece,
     round_batch,
-    upstream_for,
     value_and_grad_tolerances,
     value_loss_candidates,
 )
@@ -334,21 +342,6 @@ def modern_policy_row(adapter: Any, seed: int, name: str, mode: str, *, config: 
 
 
 DRO_BETA = 0.1  # policy_loss.dro_beta has no default (actor.py:100): a value DRO's users pick
-NO_SPEC_QUANTITY = {  # registered losses with no spec quantity yet: "not implemented" rows that say what is missing
-    "clip_cov": ("Clip-Cov (core_algos.py:1743-1845) has no spec quantity: the PPO clip loss max(-A*r, -A*clip(r)) "
-                 "(:1801, :1809, :1832; no dual clip, no log-ratio clamp) with max(1, int(clip_cov_ratio * N)) tokens "
-                 "zeroed (corr = 0, value and gradient, :1818, :1828, :1832), drawn at random (torch.randperm, :1823) "
-                 "among the unclipped valid tokens (:1810, :1816) whose centred covariance "
-                 "(A - mean A) * (logp - mean logp) over the micro-batch (:1812-1814) lies in (clip_cov_lb, clip_cov_ub) "
-                 "(:1819). Missing spec quantity: that covariance-selected (random) token mask; the rest is loss.ppo"),
-    "kl_cov": ("KL-Cov (core_algos.py:1848-1925) has no spec quantity: the unclipped -A*r on every token (:1893), and "
-               "-A*r + ppo_kl_coef * |logp - old_logp| (:1894) on the max(1, int(kl_cov_ratio * N)) valid tokens of "
-               "largest centred covariance (A - mean A) * (logp - mean logp) over the micro-batch (torch.topk, "
-               ":1905-1913). Missing spec quantity: that covariance-ranked token selection with its |log-ratio| "
-               "penalty (and an unclipped ratio loss -A*r, which loss.ppo has no keyword for)"),
-}
-
-
 def modern_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
     rows = []
     for name in ("sapo", "geo_mean", "dppo_tv", "dppo_kl", "gpg"):  # ActorConfig defaults
@@ -370,9 +363,103 @@ def modern_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
         modern_policy_row(adapter, seed, "dro", "token-mean", policy_loss={"dro_beta": 1.0}, asked={"beta": 1.0},
                           per_token_advantages=True),
     ]
-    rows += [not_implemented_row(f"verl.policy_loss[{name}]", "loss.ppo+agg", f"verl.compute_policy_loss_{name}", adapter, why)
-             for name, why in NO_SPEC_QUANTITY.items()]
-    return rows
+    return rows + covariance_rows(adapter, seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1: covariance-selected tokens (clip_cov, kl_cov)
+# ---------------------------------------------------------------------------------------------
+
+# loss_mode -> (spec function, spec id of the row)
+COVARIANCE = {
+    "clip_cov": ("clip_cov_mask", "select.clip_cov+loss.ppo+agg"),  # :1743-1845
+    "kl_cov": ("kl_cov_token_loss", "loss.kl_cov+agg"),  # :1848-1925
+}
+# PolicyLossConfig field -> spec keyword
+COVARIANCE_FIELDS = {"clip_cov_ratio": "fraction", "clip_cov_lb": "cov_low", "clip_cov_ub": "cov_high",
+                     "kl_cov_ratio": "fraction", "ppo_kl_coef": "coef"}
+
+
+def _covariance_batch(seed: int, function: str, asked: dict[str, Any], per_token_advantages: bool) -> dict[str, np.ndarray]:
+    """The seeded loss batch (float32-rounded) with uniform ``draws``, redrawn until the registry's
+    conditioning holds for ``function`` (no covariance at a bound or tied at the cut, no ratio at a clip
+    bound) and, for Clip-Cov, there are more candidates than tokens cut: the draws decide which."""
+    cond = BY_FUNCTION[function].well_conditioned
+
+    def make(s: int) -> dict[str, np.ndarray]:
+        b = loss_batch(s, per_token_advantages=per_token_advantages, kinks=KINKS)
+        b["draws"] = np.random.default_rng(s + 1).random(b["mask"].shape)
+        return round_batch(b, DTYPE)
+
+    def accept(b: dict[str, np.ndarray]) -> bool:
+        m = b["mask"]
+        args = {"logp": b["logp"], "old_logp": b["old_logp"], "advantages": broadcast_advantages(b), "mask": m}
+        if not cond(args, asked):
+            return False
+        if function != "clip_cov_mask":
+            return True
+        every = {**asked, "fraction": 1.0}  # n = N >= |C|: every candidate cut
+        n_candidates = int((m & ~oracle.clip_cov_mask(*args.values(), b["draws"], **every)).sum())
+        return n_candidates > max(1, math.floor(asked.get("fraction", 2e-4) * int(m.sum())))
+
+    return _conditioned(make, accept, seed)
+
+
+def _clip_cov_piece(b: dict[str, np.ndarray], **kw: Any) -> Piece:
+    """The Clip-Cov loss: ``ppo_token_loss(dual_clip=None) · keep``, keep = ``clip_cov_mask(draws)`` a constant."""
+    A, m, lp, old = broadcast_advantages(b), b["mask"], b["logp"], b["old_logp"]
+    ppo = {k: kw[k] for k in ("eps_low", "eps_high") if k in kw}
+    keep = oracle.clip_cov_mask(lp, old, A, m, b["draws"], **kw)
+    return Piece(oracle.ppo_token_loss(lp, old, A, m, **ppo) * keep,
+                 lambda u: oracle.ppo_token_loss_grad(lp, old, A, m, u * keep, **ppo))
+
+
+def covariance_row(adapter: Any, seed: int, name: str, mode: str, *, policy_loss: dict[str, Any] | None = None,
+                   per_token_advantages: bool = False) -> RowResult:
+    """verl's registered ``clip_cov`` / ``kl_cov`` with ``PolicyLossConfig(**policy_loss)`` (ActorConfig's
+    clip range 0.2 / 0.2) and ``loss_agg_mode=mode`` (global batch info as the engine sets it), value and
+    gradient w.r.t. ``log_prob``, against ``aggregate(ppo_token_loss(dual_clip=None) · clip_cov_mask(draws,
+    ...))`` / ``aggregate(kl_cov_token_loss(...))``. Clip-Cov's ``torch.randperm`` returns the order of
+    the batch's ``draws`` over verl's candidate list (``verl_ops.py``), so verl's cut is the spec's."""
+    policy_loss = dict(policy_loss or {})
+    function, spec_id = COVARIANCE[name]
+    asked = {COVARIANCE_FIELDS[k]: v for k, v in policy_loss.items()}
+    batch = _covariance_batch(seed, function, asked, per_token_advantages)
+    m = batch["mask"]
+    kw, agg = _global(mode, m, True)
+
+    def got() -> dict[str, Any]:
+        arrays = _policy_arrays(batch)
+        if name == "clip_cov":
+            arrays["clip_cov_draws"] = batch["draws"].astype(np.float32)
+        params = {"name": name, "loss_agg_mode": mode, "config": {}, "global_batch_info": kw}
+        if policy_loss:
+            params["policy_loss"] = policy_loss
+        r = adapter.call("policy_loss", arrays, params, wrt=["log_prob"], upstream={"loss": 1.0})
+        return {"value": r["outputs"]["loss"], "grad[logp]": r["grads"]["log_prob"]}
+
+    if name == "clip_cov":
+        piece = _clip_cov_piece(batch, **asked)
+        formula = f"aggregate(ppo_token_loss(dual_clip=None) * clip_cov_mask(draws{', ' if asked else ''}{fmt(asked)}), {fmt(agg)})"
+    else:
+        piece = policy_piece(function, batch["logp"], batch, **asked)
+        formula = f"aggregate({function}({fmt(asked)}), {fmt(agg)})"
+    cands = [Candidate("canonical", formula, lambda: compose(piece, m, agg, "grad[logp]"))]
+    parts = [name, mode] + [f"{k}={v}" for k, v in policy_loss.items()] + (["A=[B,T]"] if per_token_advantages else [])
+    return composition_row(f"verl.policy_loss[{','.join(parts)}]", spec_id, f"verl.compute_policy_loss_{name}", adapter,
+                           got, cands, loss_tolerances(DTYPE, spec_id.split("+")[-2]), seed=seed)
+
+
+def covariance_rows(adapter: Any, seed: int) -> list[RowResult]:
+    rows = [covariance_row(adapter, seed, name, mode) for name in COVARIANCE for mode in MODES]  # PolicyLossConfig defaults
+    window = {"clip_cov_ratio": 0.2, "clip_cov_lb": 0.2, "clip_cov_ub": 3.0}  # n = 4 of 22 tokens, most tokens candidates
+    return rows + [
+        covariance_row(adapter, seed, "clip_cov", "token-mean", policy_loss=window),
+        covariance_row(adapter, seed, "clip_cov", "seq-mean-token-mean", policy_loss=window, per_token_advantages=True),
+        covariance_row(adapter, seed, "kl_cov", "token-mean", policy_loss={"kl_cov_ratio": 0.2, "ppo_kl_coef": 1.0}),  # SkyRL's
+        covariance_row(adapter, seed, "kl_cov", "seq-mean-token-mean", policy_loss={"kl_cov_ratio": 0.5, "ppo_kl_coef": 0.1},
+                       per_token_advantages=True),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,37 +478,35 @@ def kl_rows(adapter: Any, seed: int) -> list[RowResult]:
             lambda lp, ref, m, up, *, estimator="k1", name=name: adapter.verl_kl_penalty(lp, ref, m, name, up),
         )
         rows.append(fixed_row(view, "kl_penalty", row_id=f"verl.kl_penalty[{name}]", fixed={"estimator": est}, seed=seed))
-    rows += [kl_straight_through_row(adapter, seed, name) for name in ("k3+", "low_var_kl+", "k1+")]
-    rows.append(not_implemented_row("verl.kl_penalty[abs]", "kl.estimator", "verl.kl_penalty", adapter,
-                                    "'abs' = |logp - ref_logp| (core_algos.py:2216-2250) is not a spec v1 estimator"))
+    return rows + kl_loss_rows(adapter, seed)
+
+
+# verl's names that spec v1 could not ask for, as kl_loss_term (spec v1.1 kl.loss): "abs" = |d| and the
+# "+" suffix, the estimator's value with the gradient of the unclamped ½d² (core_algos.py:2200-2245)
+KL_LOSS_NAMES = {
+    "abs": ("abs", "estimator"),
+    "abs+": ("abs", "straight_through"),
+    "k1+": ("k1", "straight_through"),
+    "k2+": ("k2", "straight_through"),
+    "k3+": ("k3", "straight_through"),
+    "low_var_kl+": ("k3", "straight_through"),
+}
+
+
+def kl_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+    """``core_algos.kl_penalty`` under each name of ``KL_LOSS_NAMES``, checked as ``kl_loss_term`` with that
+    estimator and gradient form fixed (property cases, golden vectors, invariants; fingerprinting names
+    the gradient form verl computes if it is not the one its name promises)."""
+    rows = []
+    for name, (est, gradient) in KL_LOSS_NAMES.items():
+        view = FunctionView(
+            adapter, "kl_loss_term",
+            lambda lp, ref, m, old=None, *, estimator="k3", gradient="estimator", name=name: adapter.verl_kl_penalty(lp, ref, m, name),
+            lambda lp, ref, m, old, up, *, estimator="k3", gradient="estimator", name=name: adapter.verl_kl_penalty(lp, ref, m, name, up),
+        )
+        rows.append(fixed_row(view, "kl_loss_term", row_id=f"verl.kl_penalty[{name}]",
+                              fixed={"estimator": est, "gradient": gradient}, seed=seed))
     return rows
-
-
-def kl_straight_through_row(adapter: Any, seed: int, name: str) -> RowResult:
-    """``"<name>+"``: verl keeps the estimator's value and takes k2's gradient (straight-through,
-    core_algos.py:2188-2213)."""
-    base = KL_ESTIMATOR[name[:-1]]
-    batch = round_batch(loss_batch(seed), DTYPE)
-    m, lp, ref = batch["mask"], batch["logp"], batch["ref_logp"]
-    u = upstream_for(m.shape, seed + 7, DTYPE)
-    value_kw = {"estimator": base, **({"log_ratio_clamp": 20.0, "clamp": 10.0} if base == "k3" else {})}
-
-    def got() -> dict[str, Any]:
-        f32 = np.float32
-        return {"value": adapter.verl_kl_penalty(lp.astype(f32), ref.astype(f32), m, name),
-                "grad[logp]": adapter.verl_kl_penalty(lp.astype(f32), ref.astype(f32), m, name, u.astype(f32))}
-
-    def ev(value_kw: dict[str, Any], grad_kw: dict[str, Any]) -> Any:
-        return lambda: {"value": oracle.kl_penalty(lp, ref, m, **value_kw), "grad[logp]": oracle.kl_penalty_grad(lp, ref, m, u, **grad_kw)}
-
-    cands = [
-        Candidate("canonical", f"kl_penalty({fmt(value_kw)}) (value and gradient)", ev(value_kw, value_kw)),
-        Candidate("straight-through: value of " + base + ", gradient of k2",
-                  f"value kl_penalty({fmt(value_kw)}), gradient kl_penalty_grad(estimator='k2')",
-                  ev(value_kw, {"estimator": "k2"}), kwargs={"gradient": "k2 (straight-through)"}),
-    ]
-    return composition_row(f"verl.kl_penalty[{name}]", "kl.estimator", "verl.kl_penalty", adapter, got, cands,
-                           value_and_grad_tolerances("kl.estimator", DTYPE), seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -444,7 +529,115 @@ def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
     view = FunctionView(adapter, "rloo_advantages", lambda r, G: adapter.outcome_advantages("rloo_vectorized", r, G))
     rows.append(fixed_row(view, "rloo_advantages", row_id="verl.rloo_vectorized_advantages", fixed={}, seed=seed))
     rows.append(gae_whitened_row(adapter, seed))
+    return rows + estimator_rows(adapter, seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1: every advantage estimator verl registers (core_algos.py ADV_ESTIMATOR_REGISTRY)
+# ---------------------------------------------------------------------------------------------
+
+# registered name -> where its values are checked (the core-API rows are the adapter's functions,
+# VerlAdapter; the others are rows of this module)
+ESTIMATORS = {
+    "gae": "core row gae; verl.compute_gae_advantage_return (whitened advantages)",
+    "grpo": "verl.grpo_advantages[norm_adv_by_std_in_grpo=*]",
+    "grpo_vectorized": "verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=*]",
+    "rloo": "core row rloo_advantages (the loop: singleton 'raw', preset verl)",
+    "rloo_vectorized": "verl.rloo_vectorized_advantages",
+    "reinforce_plus_plus": "core row reinforce_pp_advantages; verl.reinforce_plus_plus[gamma=*,loss batch]",
+    "reinforce_plus_plus_baseline": "core row reinforce_pp_baseline_advantages (singleton 'raw', preset verl)",
+    "remax": "core row remax_advantages",
+    "opo": "core row opo_advantages (singleton 'raw', preset verl)",
+    "grpo_passk": "core row grpo_passk_advantages",
+    "gpg": "core row gpg_advantages (singleton 'raw', preset verl)",
+    "gdpo": "verl.gdpo_advantages[*] (a composition with adv.whiten)",
+}
+NO_SPEC_ESTIMATOR = {  # registered estimators with no spec quantity: "not implemented" rows that say what is missing
+    "optimal_token_baseline": (
+        "Optimal Token Baseline (core_algos.py:871-987) has no spec quantity: per group a per-position baseline "
+        "B_t = sum_i G_{i,t} W_{i,t} / (sum_i W_{i,t} + 1e-8), W_t = cumsum_t of (1 - 2 pi_t + sum_v pi_v^2) * mask "
+        "(times the squared rollout IS weight when given), G the reward-to-go; A = (G - B) * mask, with the baseline "
+        "zeroed beyond the second-longest row of the group (handle_zero_tail). It needs sum_v pi_v^2 per token, "
+        "the full next-token distribution, which no spec input carries. Missing spec quantity: the path-variance "
+        "weighted per-token baseline"),
+    "tir_optimal_token_baseline": (
+        "Multi-turn Optimal Token Baseline (core_algos.py:990-1121) has no spec quantity: the same baseline as "
+        "optimal_token_baseline over each row's valid tokens compacted (tool tokens removed, positions counted in "
+        "valid steps), empty rows left out of their group. Missing spec quantity: the path-variance weighted "
+        "per-token baseline (it needs sum_v pi_v^2 per token)"),
+}
+
+
+def estimator_rows(adapter: Any, seed: int) -> list[RowResult]:
+    """The framework rows of the spec v1.1 estimators, the "not implemented" rows of the estimators no
+    spec quantity covers, and a "not implemented" row for any estimator the installed verl registers that
+    this module does not know (a new verl)."""
+    rows = [reinforce_pp_loss_batch_row(adapter, seed, gamma) for gamma in (1.0, 0.9)]
+    rows += [gdpo_row(adapter, seed, K, weights) for K, weights in ((2, None), (3, [1.0, 0.5, 2.0]))]
+    rows += [not_implemented_row(f"verl.{name}", "adv.*", f"verl.{name}", adapter, why) for name, why in NO_SPEC_ESTIMATOR.items()]
+    for name in adapter.advantage_estimators():
+        if name not in ESTIMATORS and name not in NO_SPEC_ESTIMATOR:
+            rows.append(not_implemented_row(f"verl.{name}", "adv.*", f"verl.{name}", adapter,
+                                            f"advantage estimator {name!r} is registered by this verl but has no configuration "
+                                            "in conformance/frameworks/verl_checks.py (ESTIMATORS)"))
     return rows
+
+
+def reinforce_pp_loss_batch_row(adapter: Any, seed: int, gamma: float) -> RowResult:
+    """``reinforce_plus_plus`` on the loss batch as verl gets it: dense rewards with finite garbage at every
+    masked position (row 3 has a masked tool token inside its completion), ``AlgoConfig(gamma=gamma)``:
+    (advantages, returns) against ``reinforce_pp_advantages`` and its gap variants."""
+    batch = round_batch(loss_batch(seed), DTYPE)
+    m, r = batch["mask"], batch["token_rewards"]
+
+    def got() -> dict[str, Any]:
+        arrays = {"token_level_rewards": r.astype(np.float32), "response_mask": m.astype(np.float32)}
+        out = adapter.call("advantage", arrays, {"name": "reinforce_plus_plus", "algo": {"gamma": gamma}})["outputs"]
+        return {"value": np.where(m, out["advantages"], 0.0), "returns": np.where(m, out["returns"], 0.0)}
+
+    def ev(kw: dict[str, Any]) -> Any:
+        def run() -> dict[str, Any]:
+            A, R = oracle.reinforce_pp_advantages(r, m, gamma=gamma, **kw)
+            return {"value": A, "returns": R}
+        return run
+
+    cands = [Candidate("canonical", f"reinforce_pp_advantages(gamma={gamma:g})", ev({}))]
+    cands += [Candidate(f"gap={gap!r}", f"reinforce_pp_advantages(gamma={gamma:g}, gap={gap!r})", ev({"gap": gap}),
+                        kwargs={"gap": gap}) for gap in ("reset", "discount")]
+    tol = {"value": tolerance("adv.whiten", DTYPE, "value"), "returns": tolerance("adv.gae", DTYPE, "value")}
+    return composition_row(f"verl.reinforce_plus_plus[gamma={gamma:g},loss batch]", "adv.reinforce_pp",
+                           "verl.compute_reinforce_plus_plus_outcome_advantage", adapter, got, cands, tol, seed=seed)
+
+
+def gdpo_row(adapter: Any, seed: int, K: int, weights: list[float] | None, G: int = 2) -> RowResult:
+    """``gdpo`` with ``algorithm.gdpo_reward_keys`` of K rewards (and ``gdpo_reward_weights``) on the loss
+    batch's mask (groups of 2 rows, one empty row): verl normalises each reward per group with its GRPO
+    (a one-sample group would have mean 0 and std 1), sums with the weights and whitens over the response
+    tokens (core_algos.py:446-466): ``whiten(gdpo_advantages(batch_normalize=False, singleton='raw') on
+    every valid token, mask)``, a composition (preset verl); canonical GDPO normalises over sequences."""
+    m = loss_mask()
+    rng = np.random.default_rng(seed + 11)
+    rewards = rng.integers(0, 3, size=(m.shape[0], K)).astype(np.float64)  # exact in float32, ties and spreads
+    kw = {} if weights is None else {"reward_weights": list(weights)}
+
+    def got() -> dict[str, Any]:
+        return {"value": adapter.gdpo_token_advantages(rewards.astype(np.float32), G, m, weights)}
+
+    def canonical() -> dict[str, Any]:
+        return {"value": np.where(m, oracle.gdpo_advantages(rewards, G, **kw)[:, None], 0.0)}
+
+    def composition() -> dict[str, Any]:
+        s = oracle.gdpo_advantages(rewards, G, batch_normalize=False, singleton="raw", **kw)
+        return {"value": oracle.whiten(np.where(m, s[:, None], 0.0), m)}
+
+    cands = [Candidate("canonical", f"gdpo_advantages({fmt(kw)}) on every valid token", canonical),
+             Candidate("batch normalisation over tokens (masked_whiten, core_algos.py:466)",
+                       f"whiten(gdpo_advantages({fmt({**kw, 'batch_normalize': False, 'singleton': 'raw'})}) on every valid token, mask)",
+                       composition, preset="verl", kwargs={"gdpo_advantages": {"batch_normalize": False, "singleton": "raw"},
+                                                           "whiten": {}})]
+    parts = [f"K={K}"] + ([f"gdpo_reward_weights={weights}"] if weights is not None else [])
+    return composition_row(f"verl.gdpo_advantages[{','.join(parts)}]", "adv.gdpo+adv.whiten", "verl.compute_gdpo_outcome_advantage",
+                           adapter, got, cands, {"value": tolerance("adv.whiten", DTYPE, "value")}, seed=seed)
 
 
 def gae_whitened_row(adapter: Any, seed: int, n_seeds: int = 8) -> RowResult:
@@ -801,6 +994,7 @@ def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
             + advantage_rows(adapter, seed) + offpolicy_rows(adapter, seed))
 
 
-__all__ = ["extra_rows", "agg_rows", "loss_rows", "modern_loss_rows", "modern_policy_row", "kl_rows", "advantage_rows",
+__all__ = ["extra_rows", "agg_rows", "loss_rows", "modern_loss_rows", "modern_policy_row", "kl_rows", "kl_loss_rows", "advantage_rows",
            "offpolicy_rows", "policy_row", "value_row", "dp_row", "k1_bounds_row", "k1_readings", "minimal_k1_batch",
-           "verl_rejection_mask", "MINIMAL_RATIOS", "MODERN", "HARD_CODED", "NO_SPEC_QUANTITY"]
+           "verl_rejection_mask", "MINIMAL_RATIOS", "MODERN", "HARD_CODED", "COVARIANCE", "covariance_row",
+           "covariance_rows"]

@@ -12,12 +12,14 @@ peer-conventions.md, which match 0.9.1 up to about line 1600):
 |---|---|
 | ``agg_loss`` | ``trainer/ppo/core_algos.py::agg_loss`` (:1140) |
 | ``kl_penalty`` | ``trainer/ppo/core_algos.py::kl_penalty`` (:2188) |
-| ``policy_loss`` | ``core_algos.get_policy_loss_fn(name)``: ``compute_policy_loss_vanilla`` (:1286), ``_dppo_tv`` (:1379), ``_dppo_kl`` (:1460), ``_gspo`` (:1546), ``_sapo`` (:1622), ``_gpg`` (:1707), ``_geo_mean`` (:1928), ``_dro`` (:2014), ``_cispo`` (:2048), ``_bypass_mode`` (:2413), with ``workers/config/actor.py::ActorConfig`` (``policy_loss``: its ``PolicyLossConfig`` fields, e.g. ``dro_beta``); with ``rollout_correction`` the IS weights and rejection mask of verl's rollout correction first (see below); with ``per_row`` also the loss of each row alone (see below) |
+| ``policy_loss`` | ``core_algos.get_policy_loss_fn(name)``: ``compute_policy_loss_vanilla`` (:1286), ``_dppo_tv`` (:1379), ``_dppo_kl`` (:1460), ``_gspo`` (:1546), ``_sapo`` (:1622), ``_gpg`` (:1707), ``_clip_cov`` (:1743), ``_kl_cov`` (:1848), ``_geo_mean`` (:1928), ``_dro`` (:2014), ``_cispo`` (:2048), ``_bypass_mode`` (:2413), with ``workers/config/actor.py::ActorConfig`` (``policy_loss``: its ``PolicyLossConfig`` fields, e.g. ``dro_beta``, ``clip_cov_ratio``, ``kl_cov_ratio``); with ``rollout_correction`` the IS weights and rejection mask of verl's rollout correction first (see below); with ``per_row`` also the loss of each row alone (see below); with a ``clip_cov_draws`` array Clip-Cov's random cut decided by those draws (see below) |
 | ``rollout_correction`` | ``trainer/ppo/rollout_corr_helper.py::compute_rollout_correction_and_rejection_mask`` (:786), which builds ``log_ratio = old - rollout`` (:849) and calls ``compute_rollout_correction_weights`` (:522) and ``compute_rollout_rejection_mask`` (:197) |
 | ``value_loss`` | ``trainer/ppo/core_algos.py::compute_value_loss`` (:2125) |
-| ``advantage`` | ``core_algos.get_adv_estimator_fn(name)``: ``compute_gae_advantage_return`` (:216), ``compute_grpo_outcome_advantage`` (:268), ``compute_grpo_vectorized_outcome_advantage`` (:335), ``compute_rloo_outcome_advantage`` (:588), ``compute_rloo_vectorized_outcome_advantage`` (:834) |
+| ``advantage`` | ``core_algos.get_adv_estimator_fn(name)``: ``compute_gae_advantage_return`` (:216), ``compute_grpo_outcome_advantage`` (:268), ``compute_grpo_vectorized_outcome_advantage`` (:335), ``compute_rloo_outcome_advantage`` (:588), ``compute_rloo_vectorized_outcome_advantage`` (:834); spec v1.1 ``compute_gdpo_outcome_advantage`` (:362), ``_grpo_passk_`` (:472), ``_reinforce_plus_plus_baseline_`` (:536), ``_opo_`` (:640), ``_reinforce_plus_plus_`` (:694), ``_remax_`` (:735), ``_gpg_`` (:771), called as ``ray_trainer.compute_advantage`` calls them (an ``AlgoConfig`` from ``algo``, ``index``, ``reward_baselines``; GDPO's per-key scores as ``non_tensor_batch`` with a one-token prompt in ``batch``) |
 | ``masked_whiten`` | ``utils/torch_functional.py::masked_whiten`` (:329) |
 | ``logprobs_from_logits`` / ``entropy_from_logits`` | ``utils/torch_functional.py`` (:73, :231) |
+| ``dapo_overlong`` | ``workers/reward_manager/dapo.py::DAPORewardManager`` (:25-154) with ``overlong_buffer_cfg`` enabled and a score function returning 0: each row's reward is its overlong penalty (:119-127) |
+| ``kl_controller`` | ``trainer/ppo/core_algos.py::AdaptiveKLController`` (:153-174): built with ``init_kl_coef``, ``target_kl``, ``horizon``, one ``update(current_kl, n_steps)``, its ``value`` |
 
 Rollout correction (verl 0.9.1, ``trainer/ppo/rollout_corr_helper.py``). Every path in verl reaches
 the weights and the rejection mask through ``compute_rollout_correction_and_rejection_mask`` (:786):
@@ -44,6 +46,19 @@ its scalar is ``torch.mean`` of one loss per row (core_algos.py:2000), so ``per_
 same function on each row alone (``[b:b+1]`` slices, the same config) and returns those scalars as
 ``per_row`` ``[B]`` and as ``per_token`` = ``per_row[:, None] * response_mask`` (the row's loss at each of
 its tokens, the spec's ``gmpo_token_loss`` layout), differentiable by the worker's autograd.
+
+Clip-Cov (``clip_cov``, core_algos.py:1743-1845) cuts ``top_k_idx[perm[:n]]``, ``top_k_idx =
+torch.nonzero(candidates)`` (:1820, the candidates in row-major order) and ``perm =
+torch.randperm(len(top_k_idx))`` (:1823): a random draw. The spec takes the draw as an input
+(``clip_cov_mask``'s ``draws``: the candidates with the smallest draws are cut, equal draws in row-major
+order). Given ``clip_cov_draws`` ``[B, R]``, the op makes verl's draw that one for the duration of the
+call (:func:`clip_cov_draws`): ``torch.nonzero`` is wrapped to remember the last ``[K, 2]`` index list it
+returned (verl's candidate list), and ``torch.randperm(K)`` returns the stable argsort of the draws at
+those K positions (it refuses a K that is not that list's length), so ``perm[:n]`` are the candidates of
+smallest draw, ties to the earlier one: exactly the spec's rule, applied to verl's own candidate list and
+verl's own ``n``. ``torch.ones_like`` is wrapped to remember its first result, verl's ``corr`` (:1808),
+whose zeros after the call (:1828) are the tokens cut: returned as ``clip_cov_keep``. The three
+functions are restored after the call; nothing of verl is edited or copied.
 """
 
 from __future__ import annotations
@@ -61,7 +76,7 @@ def load() -> dict[str, Any]:
     import verl.trainer.ppo.rollout_corr_helper as rollout_corr
     import verl.utils.torch_functional as verl_F
     from verl.protocol import DataProto
-    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.trainer.config.algorithm import AlgoConfig, RolloutCorrectionConfig
     from verl.workers.config import ActorConfig
     from verl.workers.config.actor import PolicyLossConfig
 
@@ -81,6 +96,36 @@ def load() -> dict[str, Any]:
             yield seen
         finally:
             core_algos.agg_loss = real
+
+    @contextlib.contextmanager
+    def clip_cov_draws(draws: Any):
+        """Clip-Cov's ``torch.randperm`` over the candidates returns their order by ``draws`` (see the
+        module docstring); ``seen["corr"]`` is verl's ``corr``."""
+        seen: dict[str, Any] = {}
+        real = (torch.nonzero, torch.randperm, torch.ones_like)
+
+        def nonzero(*args: Any, **kwargs: Any) -> Any:
+            out = real[0](*args, **kwargs)
+            if isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[1] == 2:
+                seen["candidates"] = out
+            return out
+
+        def randperm(n: int, *args: Any, **kwargs: Any) -> Any:
+            idx = seen.get("candidates")
+            if idx is None or len(idx) != n:
+                raise RuntimeError(f"torch.randperm({n}) called without a candidate list of {n} from torch.nonzero")
+            return torch.sort(draws[idx[:, 0], idx[:, 1]], stable=True).indices
+
+        def ones_like(*args: Any, **kwargs: Any) -> Any:
+            out = real[2](*args, **kwargs)
+            seen.setdefault("corr", out)
+            return out
+
+        torch.nonzero, torch.randperm, torch.ones_like = nonzero, randperm, ones_like
+        try:
+            yield seen
+        finally:
+            torch.nonzero, torch.randperm, torch.ones_like = real
 
     def agg_loss(t: dict[str, Any], *, loss_agg_mode: str, dp_size: int = 1, batch_num_tokens: Any = None,
                  global_batch_size: Any = None, loss_scale_factor: Any = None) -> dict[str, Any]:
@@ -116,7 +161,8 @@ def load() -> dict[str, Any]:
         cfg.global_batch_info.update(global_batch_info or {})
         fn = core_algos.get_policy_loss_fn(name)
         kwargs = {} if weights is None else {"rollout_is_weights": weights}
-        with record_agg_loss() as seen:
+        draws = t.get("clip_cov_draws")
+        with record_agg_loss() as seen, (clip_cov_draws(draws) if draws is not None else contextlib.nullcontext({})) as cut:
             loss, metrics = fn(old_log_prob=t["old_log_prob"], log_prob=t["log_prob"], advantages=t["advantages"],
                                response_mask=response_mask, loss_agg_mode=loss_agg_mode, config=cfg, **kwargs)
         out = {"loss": loss, "metrics": {k: float(v) for k, v in metrics.items()},
@@ -139,6 +185,8 @@ def load() -> dict[str, Any]:
             out["per_token"] = out["per_row"][:, None] * response_mask
         if weights is not None:
             out["rollout_is_weights"] = weights
+        if "corr" in cut:  # Clip-Cov's corr after the call: 0 where a token was cut
+            out["clip_cov_keep"] = cut["corr"].detach()
         if rollout_correction is not None:
             out["response_mask"] = response_mask
         return out
@@ -161,15 +209,27 @@ def load() -> dict[str, Any]:
                 loss_scale_factor=loss_scale_factor)
         return {"loss": loss, "loss_mat": seen["loss_mat"], "agg": seen["agg"], "clipfrac": float(clipfrac)}
 
-    def advantage(t: dict[str, Any], *, name: str, **kwargs: Any) -> dict[str, Any]:
+    def advantage(t: dict[str, Any], *, name: str, algo: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
         fn = core_algos.get_adv_estimator_fn(name)
         if name == "gae":
             adv, ret = fn(token_level_rewards=t["token_level_rewards"], values=t["values"],
                           response_mask=t["response_mask"], gamma=kwargs["gamma"], lam=kwargs["lam"])
-        else:
-            index = np.asarray(t["index"])
-            adv, ret = fn(token_level_rewards=t["token_level_rewards"], response_mask=t["response_mask"],
-                          index=index, **kwargs)
+            return {"advantages": adv, "returns": ret}
+        # what ray_trainer.compute_advantage (:248-279) passes a registered estimator: the rewards, the
+        # mask, the AlgoConfig, the group ids and the greedy baselines when the batch has them
+        if algo is not None:
+            kwargs["config"] = AlgoConfig(**algo)
+        if "index" in t:
+            kwargs["index"] = np.asarray(t["index"])
+        if "reward_baselines" in t:
+            kwargs["reward_baselines"] = t["reward_baselines"]
+        if "gdpo_scores" in t:  # GDPO's per-key scores (core_algos.py:416-440): non_tensor_batch and batch
+            scores = np.asarray(t["gdpo_scores"])
+            kwargs["non_tensor_batch"] = {key: scores[:, k] for k, key in enumerate(algo["gdpo_reward_keys"])}
+            m = t["response_mask"]
+            kwargs["batch"] = {"prompts": torch.zeros((m.shape[0], 1), dtype=torch.long),
+                               "attention_mask": torch.cat([torch.ones((m.shape[0], 1)), m], dim=1).long()}
+        adv, ret = fn(token_level_rewards=t["token_level_rewards"], response_mask=t["response_mask"], **kwargs)
         return {"advantages": adv, "returns": ret}
 
     def masked_whiten(t: dict[str, Any], *, shift_mean: bool = True) -> dict[str, Any]:
@@ -181,6 +241,36 @@ def load() -> dict[str, Any]:
     def entropy_from_logits(t: dict[str, Any]) -> dict[str, Any]:
         return {"entropy": verl_F.entropy_from_logits(t["logits"])}
 
+    def dapo_overlong(t: dict[str, Any], *, max_resp_len: int, buffer_len: int, penalty_factor: float) -> dict[str, Any]:
+        # DAPORewardManager.__call__ (workers/reward_manager/dapo.py:58-154) on responses whose attention
+        # mask holds `lengths` tokens (:82), with a score function that returns 0: each row's reward is the
+        # overlong penalty alone (:119-127), placed at valid_response_length - 1 (:132)
+        import types
+
+        from verl.workers.reward_manager.dapo import DAPORewardManager
+
+        lengths = t["lengths"].long()
+        B = lengths.shape[0]
+        R = max(int(lengths.max()) if B else 1, 1)
+        valid = (torch.arange(R)[None, :] < lengths[:, None]).long()
+        data = DataProto.from_dict(
+            tensors={"prompts": torch.zeros(B, 1, dtype=torch.long), "responses": torch.zeros(B, R, dtype=torch.long),
+                     "attention_mask": torch.cat([torch.ones(B, 1, dtype=torch.long), valid], dim=1)},
+            non_tensors={"data_source": np.array(["rlspec"] * B, dtype=object),
+                         "reward_model": np.array([{"ground_truth": ""} for _ in range(B)], dtype=object)})
+        tokenizer = types.SimpleNamespace(eos_token="</s>", decode=lambda ids, skip_special_tokens=True: "")
+        cfg = types.SimpleNamespace(enable=True, len=buffer_len, penalty_factor=penalty_factor, log=False)
+        manager = DAPORewardManager(tokenizer=tokenizer, num_examine=0, compute_score=lambda **kwargs: 0.0,
+                                    max_resp_len=max_resp_len, overlong_buffer_cfg=cfg)
+        reward = manager(data, return_dict=True)["reward_tensor"]
+        return {"penalty": reward.sum(dim=-1), "reward_tensor": reward}
+
+    def kl_controller(t: dict[str, Any], *, kl_coef: float, current_kl: float, n_steps: int, target: float,
+                      horizon: float) -> dict[str, Any]:
+        controller = core_algos.AdaptiveKLController(init_kl_coef=kl_coef, target_kl=target, horizon=horizon)
+        controller.update(current_kl=current_kl, n_steps=n_steps)
+        return {"value": float(controller.value)}
+
     ops = {
         "agg_loss": agg_loss,
         "kl_penalty": kl_penalty,
@@ -191,9 +281,13 @@ def load() -> dict[str, Any]:
         "masked_whiten": masked_whiten,
         "logprobs_from_logits": logprobs_from_logits,
         "entropy_from_logits": entropy_from_logits,
+        "dapo_overlong": dapo_overlong,
+        "kl_controller": kl_controller,
     }
     info = {
         "core_algos": core_algos.__file__,
         "flash_attn_cross_entropy": bool(getattr(verl_F, "FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE", False)),
+        # every advantage estimator verl registers (core_algos.py register_adv_est): verl_checks gives each a row
+        "adv_estimators": sorted(core_algos.ADV_ESTIMATOR_REGISTRY),
     }
     return {"version": verl.__version__, "ops": ops, "info": info}

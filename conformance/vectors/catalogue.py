@@ -1281,6 +1281,527 @@ add("vespo_token_loss/nonfinite-at-masked",
                                        "advantages": f64([[nan, 1.0, 1e30, -1.0]]), "mask": mask(".x.x")}, {}))
 
 
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1, covariance-selected tokens (Clip-Cov's keep mask, the KL-Cov loss). Here logp is written
+# out (the covariance (A - mean A)(logp - mean logp) reads it) and old_logp = logp - d. Values are
+# dyadic, so every mean and covariance is exact and equal covariances are exact ties.
+# ---------------------------------------------------------------------------------------------
+
+
+def _cov(function, logp, d, adv, m, draws=None, **kw):
+    logp, d = f64(logp), f64(d)
+    args = {"logp": logp, "old_logp": logp - d, "advantages": f64(adv), "mask": m}
+    if draws is not None:
+        args["draws"] = f64(draws)
+    return lambda: build(function, args, kw)
+
+
+# A = 2, 2, -2, -2, 0 and logp = -1, -3, -1, -3, -2 (means 0 and -2): covariances 2, -2, -2, 2, 0
+CC_M = mask(".xxxxx")
+CC_A = [[0.0, 2.0, 2.0, -2.0, -2.0, 0.0]]
+CC_LP = [[-4.0, -1.0, -3.0, -1.0, -3.0, -2.0]]
+CC_D0 = [[0.0] * 6]
+CC_DRAWS = [[0.0, 0.7, 0.1, 0.3, 0.5, 0.9]]
+# four candidates: A = 1, -1, 1, -1, 0 and logp = -4 + 2A: covariances 2, 2, 2, 2, 0
+CC4_A = [[0.0, 1.0, -1.0, 1.0, -1.0, 0.0]]
+CC4_LP = [[-4.0, -2.0, -6.0, -2.0, -6.0, -4.0]]
+CC4_DRAWS = [[0.0, 0.4, 0.3, 0.2, 0.1, 0.05]]
+# 4 rows of 25 valid tokens (N = 100), A = +-1 alternating, logp = -4 + 2A: every covariance is 2;
+# draws (37 k mod 100 + 1/2) / 100 for the k-th valid token: a permutation of the 100 ranks
+N100_M = np.tile(mask(".xxxxxxxxxxxxxxxxxxxxxxxxx"), (4, 1))
+N100_A = np.zeros(N100_M.shape)
+N100_A[N100_M] = np.resize([1.0, -1.0], 100)
+N100_RANK = np.zeros(N100_M.shape)
+N100_RANK[N100_M] = (37 * np.arange(100)) % 100
+N100_DRAWS = (N100_RANK + 0.5) / 100
+
+add("clip_cov_mask/on-policy-one-token-cut",
+    "defaults: n = max(1, floor(2e-4 * 5)) = 1; covariances 2, -2, -2, 2, 0: t = 1 and 4 lie in (1, 5), the "
+    "smaller draw (t = 4: 0.5 < 0.7) is cut; t = 2 has the smallest draw but is no candidate",
+    _cov("clip_cov_mask", CC_LP, CC_D0, CC_A, CC_M, CC_DRAWS), expect=mask(".xxx.x"))
+add("clip_cov_mask/no-candidate",
+    "cov_low 3: no covariance lies in (3, 5): nothing is cut",
+    _cov("clip_cov_mask", CC_LP, CC_D0, CC_A, CC_M, CC_DRAWS, cov_low=3.0), expect=CC_M)
+add("clip_cov_mask/already-clipped-excluded",
+    "the two in-window tokens are on PPO's clipped branch (A = 2, r = 1.5 > 1.2; A = -2, r = 0.5 < 0.8): "
+    "no candidate, nothing is cut",
+    _cov("clip_cov_mask", CC_LP, [[0.0, np.log(1.5), 0.0, 0.0, np.log(0.5), 0.0]], CC_A, CC_M, CC_DRAWS), expect=CC_M)
+add("clip_cov_mask/clip-is-sign-aware",
+    "A = 2 with r = 0.5 and A = -2 with r = 1.5 are not clipped (PPO clips A > 0 above 1 + eps only, A < 0 "
+    "below 1 - eps): both stay candidates and the smaller draw (t = 1) is cut",
+    _cov("clip_cov_mask", CC_LP, [[0.0, np.log(0.5), 0.0, 0.0, np.log(1.5), 0.0]], CC_A, CC_M,
+         [[0.0, 0.2, 0.1, 0.3, 0.6, 0.9]]), expect=mask("..xxxx"))
+add("clip_cov_mask/bounds-exclusive",
+    "covariances 1, 5, 2, 0, 0: only 2 lies strictly inside (1, 5) (cov = 1 and cov = 5 are not candidates "
+    "although their draws are smaller): t = 3 is cut",
+    _cov("clip_cov_mask", [[-4.0, -3.5, -1.5, -5.0, -4.0, -6.0]], CC_D0, CC_A, CC_M, [[0.0, 0.1, 0.2, 0.3, 0.4, 0.5]]),
+    expect=mask(".xx.xx"))
+add("clip_cov_mask/n-floor",
+    "fraction 0.5, N = 5: n = floor(2.5) = 2 of the four candidates (covariance 2), those with the smallest "
+    "draws (t = 3, 4); t = 5 (covariance 0) has the smallest draw but is no candidate",
+    _cov("clip_cov_mask", CC4_LP, CC_D0, CC4_A, CC_M, CC4_DRAWS, fraction=0.5), expect=mask(".xx..x"))
+add("clip_cov_mask/n-float64-product",
+    "fraction 0.29, N = 100: 0.29 * 100 = 28.999999999999996 in float64, so n = 28 (not 29) of the 100 "
+    "candidates (every covariance is 2): those of draw rank 0-27 are cut",
+    _cov("clip_cov_mask", -4.0 + 2.0 * N100_A, np.zeros(N100_M.shape), N100_A, N100_M, N100_DRAWS, fraction=0.29),
+    expect=N100_M & (N100_RANK >= 28))
+add("clip_cov_mask/equal-draws-row-major",
+    "two candidates (row 0 t = 3, row 1 t = 1, covariance 4) with the same draw: the earlier in row-major "
+    "order (row 0) is cut",
+    _cov("clip_cov_mask", [[-4.0, -4.0, -4.0, -2.0], [-4.0, -2.0, -4.0, -8.0]], [[0.0] * 4] * 2,
+         [[0.0, -2.0, 0.0, 2.0], [0.0, 2.0, 0.0, -2.0]], mask(".xxx", ".xxx"), [[0.0, 0.1, 0.1, 0.5], [0.0, 0.5, 0.1, 0.1]]),
+    expect=mask(".xx.", ".xxx"))
+add("clip_cov_mask/fraction-one",
+    "fraction 1: n = N = 5 exceeds the four candidates: every candidate is cut",
+    _cov("clip_cov_mask", CC4_LP, CC_D0, CC4_A, CC_M, CC4_DRAWS, fraction=1.0), expect=mask(".....x"))
+add("clip_cov_mask/advantages-per-sequence",
+    "[B] advantages 1 and -3 on rows of 3 and 1 valid tokens: the mean is over tokens, (3 - 3) / 4 = 0 (not "
+    "the row mean -1): covariances 3, 1, -1 and 9, only row 0 t = 1 is a candidate",
+    _cov("clip_cov_mask", [[-4.0, -1.0, -3.0, -5.0], [-4.0, -7.0, -4.0, -4.0]], [[0.0] * 4] * 2, [1.0, -3.0],
+         mask(".xxx", ".x.."), [[0.0, 0.9, 0.1, 0.2], [0.0, 0.3, 0.0, 0.0]]),
+    expect=mask("..xx", ".x.."))
+add("clip_cov_mask/empty-mask-row",
+    "a row with no valid token (finite values there) keeps nothing and adds nothing to N or the means",
+    _cov("clip_cov_mask", CC_LP + [[-0.5, -9.0, -0.5, -9.0, -0.5, -9.0]], CC_D0 * 2, CC_A + [[5.0, -5.0, 5.0, -5.0, 5.0, -5.0]],
+         mask(".xxxxx", "......"), CC_DRAWS + [[0.0] * 6]),
+    expect=mask(".xxx.x", "......"))
+add("clip_cov_mask/no-valid-token",
+    "no valid token in the batch: all False",
+    _cov("clip_cov_mask", CC_LP, CC_D0, CC_A, mask("......"), CC_DRAWS), expect=mask("......"))
+add("clip_cov_mask/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 in logp, old_logp, advantages and draws at masked positions change nothing",
+    lambda: build("clip_cov_mask", {
+        "logp": f64([[nan, -1.0, -3.0, inf, -1.0, -3.0, -2.0]]),
+        "old_logp": f64([[-inf, -1.0, -3.0, nan, -1.0, -3.0, -2.0]]),
+        "advantages": f64([[1e30, 2.0, 2.0, nan, -2.0, -2.0, 0.0]]),
+        "mask": mask(".xx.xxx"),
+        "draws": f64([[nan, 0.7, 0.1, -inf, 0.3, 0.5, 0.9]]),
+    }, {}),
+    expect=mask(".xx.x.x"))
+
+# KL-Cov: A = 2, 2, -2, -2, 0 and logp = -1, -3, -2, -4, -5 (means 0 and -3): covariances 4, 0, -2, 2, 0
+KC_LP = [[-4.0, -1.0, -3.0, -2.0, -4.0, -5.0]]
+KC_D = f64([[0.0, 0.5, -0.25, 0.25, -0.5, 1.0]])
+KC_PG = where(CC_M, -f64(CC_A) * np.exp(KC_D))  # -A e^d at every valid token
+
+
+def _kl_cov_expect(selected: np.ndarray, coef: float, d: np.ndarray = KC_D, pg: np.ndarray = KC_PG):
+    """(loss, gradient factor) of KL-Cov on the design above: -A e^d plus coef |d| (gradient coef sign d) on
+    the selected tokens."""
+    return pg + np.where(selected, coef * np.abs(d), 0.0), pg + np.where(selected, coef * np.sign(d), 0.0)
+
+
+add("kl_cov_token_loss/default-one-token",
+    "defaults (fraction 2e-4, coef 0.1): n = 1, the largest covariance (4, t = 1) carries 0.1 |d|; every "
+    "token carries the unclipped -A e^d",
+    _cov("kl_cov_token_loss", KC_LP, KC_D, CC_A, CC_M),
+    expect=_kl_cov_expect(mask(".x...."), 0.1)[0], grad_factor=_kl_cov_expect(mask(".x...."), 0.1)[1])
+add("kl_cov_token_loss/two-of-five",
+    "fraction 0.4, N = 5: n = 2, covariances 4 and 2 (t = 1, 4) carry coef |d| (coef 1)",
+    _cov("kl_cov_token_loss", KC_LP, KC_D, CC_A, CC_M, fraction=0.4, coef=1.0),
+    expect=_kl_cov_expect(mask(".x..x."), 1.0)[0], grad_factor=_kl_cov_expect(mask(".x..x."), 1.0)[1])
+add("kl_cov_token_loss/tie-at-the-cut",
+    "fraction 0.6: n = 3: covariances 4 and 2, then 0 at t = 2 and t = 5 (a tie): the earlier, t = 2",
+    _cov("kl_cov_token_loss", KC_LP, KC_D, CC_A, CC_M, fraction=0.6, coef=1.0),
+    expect=_kl_cov_expect(mask(".xx.x."), 1.0)[0], grad_factor=_kl_cov_expect(mask(".xx.x."), 1.0)[1])
+add("kl_cov_token_loss/fraction-one",
+    "fraction 1: every valid token is penalised, negative covariances included",
+    _cov("kl_cov_token_loss", KC_LP, KC_D, CC_A, CC_M, fraction=1.0, coef=0.5),
+    expect=_kl_cov_expect(CC_M, 0.5)[0], grad_factor=_kl_cov_expect(CC_M, 0.5)[1])
+add("kl_cov_token_loss/equal-covariances-row-major",
+    "one advantage for the whole batch: every covariance is exactly 0; n = 2 of 4: the first two valid "
+    "tokens in row-major order (row 0) carry |d|",
+    _cov("kl_cov_token_loss", [[-4.0, -1.0, -2.0], [-4.0, -3.0, -5.0]], [[0.0, 0.5, -0.5], [0.0, 0.25, -0.25]],
+         [1.0, 1.0], mask(".xx", ".xx"), fraction=0.5, coef=1.0),
+    expect=where(mask(".xx", ".xx"), -np.exp(f64([[0.0, 0.5, -0.5], [0.0, 0.25, -0.25]]))
+                 + f64([[0.0, 0.5, 0.5], [0.0, 0.0, 0.0]])),
+    grad_factor=where(mask(".xx", ".xx"), -np.exp(f64([[0.0, 0.5, -0.5], [0.0, 0.25, -0.25]]))
+                      + f64([[0.0, 1.0, -1.0], [0.0, 0.0, 0.0]])))
+add("kl_cov_token_loss/on-policy",
+    "d = 0: L = -A; the selected tokens' |d| is 0 and so is its gradient (sign(0) = 0): gradient -A",
+    _cov("kl_cov_token_loss", KC_LP, CC_D0, CC_A, CC_M, fraction=0.4, coef=1.0),
+    expect=where(CC_M, -f64(CC_A)), grad_factor=where(CC_M, -f64(CC_A)))
+add("kl_cov_token_loss/advantages-per-sequence",
+    "[B] advantages 1 and -3 on rows of 3 and 1 valid tokens: the mean is over tokens (0, not -1): "
+    "covariances 3, 1, -1 and 9, the single penalised token is row 1's",
+    _cov("kl_cov_token_loss", [[-4.0, -1.0, -3.0, -5.0], [-4.0, -7.0, -4.0, -4.0]],
+         [[0.0, 0.1, 0.2, -0.3], [0.0, 0.4, 0.0, 0.0]], [1.0, -3.0], mask(".xxx", ".x.."), coef=1.0),
+    grad_factor=where(mask(".xxx", ".x.."), [[0.0, -np.exp(0.1), -np.exp(0.2), -np.exp(-0.3)],
+                                             [0.0, 3.0 * np.exp(0.4) + 1.0, 0.0, 0.0]]))
+add("kl_cov_token_loss/zero-advantage-overflowing-ratio",
+    "A = 0 with d = 800 (ratio inf), not selected: loss 0 and gradient 0, never NaN; covariances 2, 0, 3",
+    _cov("kl_cov_token_loss", [[-4.0, -1.0, -2.0, -6.0]], [[0.0, 0.1, 800.0, -0.2]], [[0.0, 1.0, 0.0, -1.0]],
+         mask(".xxx")),
+    expect=where(mask(".xxx"), [[0.0, -np.exp(0.1), 0.0, np.exp(-0.2) + 0.1 * 0.2]]),
+    grad_factor=where(mask(".xxx"), [[0.0, -np.exp(0.1), 0.0, np.exp(-0.2) - 0.1]]))
+add("kl_cov_token_loss/empty-mask-row",
+    "a row with no valid token (finite values there) is 0 with a zero gradient and adds nothing to N or the means",
+    _cov("kl_cov_token_loss", KC_LP + [[-0.5, -9.0, -0.5, -9.0, -0.5, -9.0]], np.vstack([KC_D, KC_D]),
+         CC_A + [[5.0, -5.0, 5.0, -5.0, 5.0, -5.0]], mask(".xxxxx", "......")),
+    expect=np.vstack([_kl_cov_expect(mask(".x...."), 0.1)[0], np.zeros((1, 6))]))
+add("kl_cov_token_loss/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions change nothing",
+    lambda: build("kl_cov_token_loss", {"logp": f64([[nan, -1.0, inf, -1.5, -3.0]]),
+                                        "old_logp": f64([[1e30, -1.1, nan, -1.5, -2.0]]),
+                                        "advantages": f64([[nan, 1.0, 1e30, -1.0, 2.0]]), "mask": mask(".x.xx")},
+                  {"fraction": 0.5, "coef": 1.0}))
+
+
+# ---------------------------------------------------------------------------------------------
+# overlong_penalty (lengths [B] int; spec v1.1 reward.overlong) and shaped_rewards (rewards [B],
+# truncated [B]; reward.shaping). Hand values: L_start = max_length - buffer, -factor*(L - L_start)/buffer.
+# ---------------------------------------------------------------------------------------------
+
+
+def _ol(lengths, **kw):
+    return lambda: build("overlong_penalty", {"lengths": i64(lengths)}, kw)
+
+
+def _sr(rewards, truncated, **kw):
+    return lambda: build("shaped_rewards", {"rewards": f64(rewards), "truncated": np.array(truncated, dtype=bool)}, kw)
+
+
+add("overlong_penalty/dapo-boundaries",
+    "max 20, buffer 4 (L_start 16): 0 up to and at 16, -1/4 per token after, exactly -1 at 20, -1 beyond (eq. 13)",
+    _ol([0, 15, 16, 17, 18, 19, 20, 21, 30], max_length=20, buffer=4),
+    expect=f64([0.0, 0.0, 0.0, -0.25, -0.5, -0.75, -1.0, -1.0, -1.0]))
+add("overlong_penalty/linear-beyond-max",
+    "beyond='linear' (verl, AReaL): the line continues past max_length, -1/4 per token with no floor",
+    _ol([16, 17, 20, 21, 30], max_length=20, buffer=4, beyond="linear"),
+    expect=f64([0.0, -0.25, -1.0, -1.25, -3.5]))
+add("overlong_penalty/factor-half",
+    "factor 0.5, max 8, buffer 4: -0.125 per token past 4, -0.5 at and beyond 8",
+    _ol([4, 5, 6, 8, 9], max_length=8, buffer=4, factor=0.5),
+    expect=f64([0.0, -0.125, -0.25, -0.5, -0.5]))
+add("overlong_penalty/buffer-zero-step",
+    "buffer 0 (eq. 13 with L_cache = 0): a hard step, 0 up to and at max_length, -factor (0.3) from max_length + 1",
+    _ol([0, 7, 8, 9, 100], max_length=8, buffer=0, factor=0.3),
+    expect=f64([0.0, 0.0, 0.0, -0.3, -0.3]))
+add("overlong_penalty/buffer-is-max-length",
+    "buffer = max_length = 4: the ramp starts at the first token; an empty completion is 0",
+    _ol([0, 1, 2, 4, 5], max_length=4, buffer=4),
+    expect=f64([0.0, -0.25, -0.5, -1.0, -1.0]))
+add("overlong_penalty/factor-zero",
+    "factor 0: exactly 0 everywhere, before, on and beyond the ramp (never -0.0)",
+    _ol([3, 6, 8, 50], max_length=8, buffer=4, factor=0.0),
+    expect=f64([0.0, 0.0, 0.0, 0.0]))
+add("overlong_penalty/trl-docstring",
+    "TRL's get_soft_overlong_punishment docstring: max 100, cache 20, a 90-token completion gets -0.5",
+    _ol([90, 80, 81, 100, 101], max_length=100, buffer=20),
+    expect=f64([-0.5, 0.0, -0.05, -1.0, -1.0]))
+add("overlong_penalty/linear-buffer-one",
+    "beyond='linear' with buffer 1: -1 at max_length, then -1 per extra token",
+    _ol([3, 4, 5, 7], max_length=4, buffer=1, beyond="linear"),
+    expect=f64([0.0, -1.0, -2.0, -4.0]))
+
+add("shaped_rewards/canonical-identity",
+    "canonical keywords: every reward unchanged, truncated or not",
+    _sr([1.5, -20.0, 0.0, 33.0], [True, False, True, False]),
+    expect=f64([1.5, -20.0, 0.0, 33.0]))
+add("shaped_rewards/truncated-scale",
+    "truncated_scale 0.5 (OpenRLHF stop_properly_penalty_coef 0.5): only the truncated rows are halved",
+    _sr([1.0, -2.0, 3.0, 4.0], [True, True, False, False], truncated_scale=0.5),
+    expect=f64([0.5, -1.0, 3.0, 4.0]))
+add("shaped_rewards/truncated-value",
+    "truncated_value -0.5 (OpenRLHF coef < 0): truncated rows replaced by -0.5, the rest unchanged",
+    _sr([1.0, -2.0, 3.0, 4.0], [True, True, False, False], truncated_value=-0.5),
+    expect=f64([-0.5, -0.5, 3.0, 4.0]))
+add("shaped_rewards/no-eos-zero",
+    "truncated_value 0 (AReaL mask_no_eos_with_zero): a truncated row's score is exactly 0",
+    _sr([1.0, -2.0, 0.7], [False, True, True], truncated_value=0.0),
+    expect=f64([1.0, 0.0, 0.0]))
+add("shaped_rewards/value-then-shift",
+    "OAT: non_stop_fixed_reward -1 replaces, then non_stop_penalty -0.5 is added: -1.5",
+    _sr([1.0, 2.0, 3.0], [True, False, True], truncated_value=-1.0, truncated_shift=-0.5),
+    expect=f64([-1.5, 2.0, -1.5]))
+add("shaped_rewards/shift-only",
+    "OAT non_stop_penalty -1 alone: added to the truncated rows' own rewards",
+    _sr([1.0, 2.0, -3.0], [True, False, True], truncated_shift=-1.0),
+    expect=f64([0.0, 2.0, -4.0]))
+add("shaped_rewards/clip-both-sides",
+    "clip to [-10, 10]: 12.5 and -15 clipped, rewards exactly on a bound unchanged",
+    _sr([12.5, -15.0, 10.0, -10.0, 3.0], [False] * 5, clip_low=-10.0, clip_high=10.0),
+    expect=f64([10.0, -10.0, 10.0, -10.0, 3.0]))
+add("shaped_rewards/clip-high-only",
+    "clip_high 1 alone: only the upper side is clipped (-5 stays)",
+    _sr([2.0, -5.0, 0.5], [False, False, False], clip_high=1.0),
+    expect=f64([1.0, -5.0, 0.5]))
+add("shaped_rewards/clip-low-only",
+    "clip_low -1 alone: only the lower side is clipped (5 stays)",
+    _sr([-2.0, 5.0, -0.5], [False, False, False], clip_low=-1.0),
+    expect=f64([-1.0, 5.0, -0.5]))
+add("shaped_rewards/replacement-clipped",
+    "the clip acts after the rule: a replacement value -15 outside [-10, 10] becomes -10",
+    _sr([3.0, 30.0], [True, False], truncated_value=-15.0, clip_low=-10.0, clip_high=10.0),
+    expect=f64([-10.0, 10.0]))
+add("shaped_rewards/int-flags",
+    "truncated as exact 0/1 integers reads as bool",
+    lambda: build("shaped_rewards", {"rewards": f64([1.0, 2.0, 3.0]), "truncated": i64([1, 0, 1])},
+                  {"truncated_scale": 0.0}),
+    expect=f64([0.0, 2.0, 0.0]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1: advantage estimators (adv.reinforce_pp ... adv.gpg); rloo_advantages' singleton keyword
+# ---------------------------------------------------------------------------------------------
+
+add("rloo_advantages/group-size-1-raw",
+    "singleton 'raw' (verl's loop rloo): a one-sample group keeps its reward as the advantage",
+    lambda: build("rloo_advantages", {"rewards": f64([2.0, -1.0, 0.5]), "group_size": 1}, {"singleton": "raw"}),
+    expect=f64([2.0, -1.0, 0.5]))
+add("rloo_advantages/singleton-raw-ignored-for-g2",
+    "singleton 'raw' changes nothing when G > 1",
+    lambda: build("rloo_advantages", {"rewards": f64([1.0, 0.0, 0.5, -1.5]), "group_size": 2}, {"singleton": "raw"}),
+    expect=f64([1.0, -1.0, 2.0, -2.0]))
+
+
+def _rpp(rewards, m, **kw):
+    return lambda: build("reinforce_pp_advantages", {"token_rewards": f64(rewards), "mask": m}, kw)
+
+
+def _whitened(returns, m, ddof=1, eps=1e-8):
+    """The hand whitening of the valid returns (mean and variance over the valid positions)."""
+    x = f64(returns)[m]
+    var = ((x - x.mean()) ** 2).sum() / (x.size - ddof)
+    return where(m, (f64(returns) - x.mean()) / np.sqrt(var + eps))
+
+
+M_GAP = mask(".x.x")  # a masked tool token between two completion tokens (bug-catalogue class 11)
+add("reinforce_pp_advantages/gap-skip",
+    "r = [., 0, ., 1], mask .x.x, gamma 0.5: the return skips the masked token: returns [0, 0.5, 0, 1]",
+    _rpp([[9.0, 0.0, 7.0, 1.0]], M_GAP, gamma=0.5),
+    expect=(_whitened([[0.0, 0.5, 0.0, 1.0]], M_GAP), where(M_GAP, [[0.0, 0.5, 0.0, 1.0]])))
+add("reinforce_pp_advantages/gap-reset",
+    "gap 'reset' (SkyRL): the masked token ends the return: returns [0, 0, 0, 1]",
+    _rpp([[9.0, 0.0, 7.0, 1.0]], M_GAP, gamma=0.5, gap="reset"),
+    expect=(_whitened([[0.0, 0.0, 0.0, 1.0]], M_GAP), where(M_GAP, [[0.0, 0.0, 0.0, 1.0]])))
+add("reinforce_pp_advantages/gap-discount",
+    "gap 'discount' (OpenRLHF): the masked position discounts too: returns [0, 0.25, 0, 1]",
+    _rpp([[9.0, 0.0, 7.0, 1.0]], M_GAP, gamma=0.5, gap="discount"),
+    expect=(_whitened([[0.0, 0.25, 0.0, 1.0]], M_GAP), where(M_GAP, [[0.0, 0.25, 0.0, 1.0]])))
+add("reinforce_pp_advantages/gamma-0.9-dense",
+    "dense rewards 1, 2, 3 with gamma 0.9: returns 5.23, 4.7, 3",
+    _rpp([[0.0, 1.0, 2.0, 3.0]], mask(".xxx"), gamma=0.9),
+    expect=(_whitened([[0.0, 5.23, 4.7, 3.0]], mask(".xxx")), where(mask(".xxx"), [[0.0, 5.23, 4.7, 3.0]])))
+add("reinforce_pp_advantages/outcome-score-every-token",
+    "gamma 1 and the score on the last token only: each valid token's return is its row's score",
+    _rpp([[0.0, 0.0, 0.0, 2.0, 0.0], [0.0, 0.0, -1.0, 0.0, 0.0]], mask(".xxx.", ".xx.."), gamma=1.0),
+    expect=(_whitened([[0.0, 2.0, 2.0, 2.0, 0.0], [0.0, -1.0, -1.0, 0.0, 0.0]], mask(".xxx.", ".xx..")),
+            where(mask(".xxx.", ".xx.."), [[0.0, 2.0, 2.0, 2.0, 0.0], [0.0, -1.0, -1.0, 0.0, 0.0]])))
+add("reinforce_pp_advantages/rows-independent",
+    "a right-padded row followed by another row: no reward of the next row reaches it (returns [1, 0] and [5, 5, 0])",
+    _rpp([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 5.0, 0.0]], mask(".xx.", ".xxx")),
+    expect=(_whitened([[0.0, 1.0, 0.0, 0.0], [0.0, 5.0, 5.0, 0.0]], mask(".xx.", ".xxx")),
+            where(mask(".xx.", ".xxx"), [[0.0, 1.0, 0.0, 0.0], [0.0, 5.0, 5.0, 0.0]])))
+add("reinforce_pp_advantages/padding-not-in-statistics",
+    "left padding, right padding and an empty row: only the 4 valid returns enter the whitening",
+    _rpp([[0.0, 0.0, 1.0, 2.0], [0.0, 3.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]], mask("..xx", ".xx.", "...."), gamma=1.0),
+    expect=(_whitened([[0.0, 0.0, 3.0, 2.0], [0.0, 4.0, 1.0, 0.0], [0.0] * 4], mask("..xx", ".xx.", "....")),
+            where(mask("..xx", ".xx.", "...."), [[0.0, 0.0, 3.0, 2.0], [0.0, 4.0, 1.0, 0.0], [0.0] * 4])))
+add("reinforce_pp_advantages/biased-variance",
+    "std_ddof 0 (OpenRLHF's whitening variance)",
+    _rpp([[0.0, 1.0, 2.0, 3.0]], mask(".xxx"), std_ddof=0),
+    expect=(_whitened([[0.0, 6.0, 5.0, 3.0]], mask(".xxx"), ddof=0), where(mask(".xxx"), [[0.0, 6.0, 5.0, 3.0]])))
+add("reinforce_pp_advantages/single-valid-token",
+    "one valid token in the batch: its return, and an advantage of 0 (the unbiased variance is 0)",
+    _rpp([[0.0, 4.0, 0.0]], mask(".x."), gamma=0.9),
+    expect=(np.zeros((1, 3)), where(mask(".x."), [[0.0, 4.0, 0.0]])))
+add("reinforce_pp_advantages/all-rows-masked",
+    "no valid token: both outputs are 0",
+    _rpp([[1.0, 2.0, 3.0]], mask("...")),
+    expect=(np.zeros((1, 3)), np.zeros((1, 3))))
+add("reinforce_pp_advantages/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions (prompt, tool token, padding) are never read",
+    _rpp([[nan, 1.0, inf, 2.0, -inf, 1e30]], mask(".x.x.."), gamma=0.9),
+    expect=(_whitened([[0.0, 2.8, 0.0, 2.0, 0.0, 0.0]], mask(".x.x..")),
+            where(mask(".x.x.."), [[0.0, 2.8, 0.0, 2.0, 0.0, 0.0]])))
+
+
+def _rppb(rewards, G, m, **kw):
+    return lambda: build("reinforce_pp_baseline_advantages", {"rewards": f64(rewards), "group_size": G, "mask": m}, kw)
+
+
+M_RPPB = mask(".xx.", ".x..", "..x.", "....")  # 2, 1, 1 and 0 valid tokens
+X_RPPB = [[0.0, 0.5, 0.5, 0.0], [0.0, -0.5, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [0.0] * 4]  # a = r - mu_g per token
+add("reinforce_pp_baseline_advantages/worked-example",
+    "G = 2, rewards [1, 0, 0.5, 0.5], rows of 2, 1, 1, 0 tokens: a = [0.5, -0.5, 0, 0] whitened over the 4 tokens",
+    _rppb([1.0, 0.0, 0.5, 0.5], 2, M_RPPB), expect=_whitened(X_RPPB, M_RPPB))
+add("reinforce_pp_baseline_advantages/level-sequence",
+    "level 'sequence', eps 1e-4 (ms-swift): a / (std of the 4 values of a + 1e-4), each row once",
+    _rppb([1.0, 0.0, 0.5, 0.5], 2, M_RPPB, level="sequence", eps=1e-4),
+    expect=where(M_RPPB, f64([[0.5], [-0.5], [0.0], [0.0]]) / (np.sqrt(0.5 / 3) + 1e-4)))
+add("reinforce_pp_baseline_advantages/long-row-weighs-more",
+    "token level: a 3-token row and a 1-token row of the same group shift the token mean to the long row",
+    _rppb([1.0, 0.0], 2, mask(".xxx", ".x.."), std_ddof=0),
+    expect=_whitened([[0.0, 0.5, 0.5, 0.5], [0.0, -0.5, 0.0, 0.0]], mask(".xxx", ".x.."), ddof=0))
+add("reinforce_pp_baseline_advantages/all-equal-group",
+    "an all-equal group contributes exact zeros, which still count in the token statistics",
+    _rppb([2.0, 2.0, 1.0, 0.0], 2, mask(".xx", ".xx", ".xx", ".xx")),
+    expect=_whitened([[0.0, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.5, 0.5], [0.0, -0.5, -0.5]],
+                     mask(".xx", ".xx", ".xx", ".xx")))
+add("reinforce_pp_baseline_advantages/singleton-zero",
+    "G = 1, singleton 'zero': every a is 0, so every advantage is 0",
+    _rppb([1.0, -2.0, 0.5], 1, mask(".xx", ".x.", ".xx")), expect=np.zeros((3, 3)))
+add("reinforce_pp_baseline_advantages/singleton-raw",
+    "G = 1, singleton 'raw' (verl): a = r, whitened over the tokens",
+    _rppb([1.0, -2.0, 0.5], 1, mask(".xx", ".x.", ".xx"), singleton="raw"),
+    expect=_whitened([[0.0, 1.0, 1.0], [0.0, -2.0, 0.0], [0.0, 0.5, 0.5]], mask(".xx", ".x.", ".xx")))
+
+
+def _remax(rewards, greedy, G):
+    return lambda: build("remax_advantages", {"rewards": f64(rewards), "greedy_rewards": f64(greedy), "group_size": G}, {})
+
+
+add("remax_advantages/worked-example",
+    "G = 2: each reward minus its own prompt's greedy reward, [1, 0] - 0.5 and [0.5, 0.5] - 1",
+    _remax([1.0, 0.0, 0.5, 0.5], [0.5, 1.0], 2), expect=f64([0.5, -0.5, -0.5, -0.5]))
+add("remax_advantages/greedy-of-own-prompt",
+    "G = 3, greedy rewards [0, 1]: the first prompt's three samples use 0, the second's 1 (not the tiled [0, 1, 0])",
+    _remax([1.0, 1.0, 1.0, 0.0, 0.0, 0.0], [0.0, 1.0], 3), expect=f64([1.0, 1.0, 1.0, -1.0, -1.0, -1.0]))
+add("remax_advantages/one-sample-per-prompt",
+    "G = 1 (the paper's setting): r - b row by row",
+    _remax([0.3, -1.0, 2.0], [0.5, -1.0, 0.0], 1), expect=f64([-0.2, 0.0, 2.0]))
+add("remax_advantages/one-prompt",
+    "G = B: one prompt, one greedy reward for every sample",
+    _remax([1.0, 0.0, 0.25, 0.75], [0.5], 4), expect=f64([0.5, -0.5, -0.25, 0.25]))
+add("remax_advantages/large-offset",
+    "rewards around 1000: the differences are exact",
+    _remax([1000.5, 1000.0, 999.25, 1001.0], [1000.0, 1000.25], 2), expect=f64([0.5, 0.0, -1.0, 0.75]))
+
+
+def _opo(rewards, G, m, **kw):
+    return lambda: build("opo_advantages", {"rewards": f64(rewards), "group_size": G, "mask": m}, kw)
+
+
+M_OPO = mask(".xxx..", ".x....", ".xxxx.", ".xx...")  # lengths 3, 1, 4, 2
+add("opo_advantages/worked-example",
+    "G = 2, rewards [1, 0, 0, 1], lengths [3, 1, 4, 2]: baselines 3/4 and 1/3",
+    _opo([1.0, 0.0, 0.0, 1.0], 2, M_OPO), expect=f64([0.25, -0.75, -1 / 3, 2 / 3]))
+add("opo_advantages/equal-lengths-is-group-mean",
+    "equal lengths: the baseline is the plain group mean",
+    _opo([1.0, 0.0, 0.0, 0.0], 4, mask(".xx", ".xx", ".xx", ".xx")), expect=f64([0.75, -0.25, -0.25, -0.25]))
+add("opo_advantages/all-equal-group",
+    "an all-equal group gives 0 whatever the lengths",
+    _opo([0.7, 0.7, 0.7], 3, mask(".xxx", ".x..", ".xx.")), expect=f64([0.0, 0.0, 0.0]))
+add("opo_advantages/empty-row-in-group",
+    "a row without valid tokens weighs 0 in the baseline (b = 1) and still gets r - b",
+    _opo([1.0, 0.0, 1.0], 3, mask(".xx", "...", ".x.")), expect=f64([0.0, -1.0, 0.0]))
+add("opo_advantages/group-without-tokens",
+    "a group with no valid token gives 0 (no 0/0), the other group is unaffected",
+    _opo([1.0, 0.0, 1.0, 0.0], 2, mask("...", "...", ".xx", ".x.")), expect=f64([0.0, 0.0, 1 / 3, -2 / 3]))
+add("opo_advantages/singleton-zero",
+    "G = 1, singleton 'zero': b = r, A = 0",
+    _opo([1.0, -0.5], 1, mask(".xx", ".x.")), expect=f64([0.0, 0.0]))
+add("opo_advantages/singleton-raw",
+    "G = 1, singleton 'raw' (verl): b = 0, A = r",
+    _opo([1.0, -0.5], 1, mask(".xx", ".x."), singleton="raw"), expect=f64([1.0, -0.5]))
+
+
+def _passk(rewards, G, **kw):
+    return lambda: build("grpo_passk_advantages", {"rewards": f64(rewards), "group_size": G}, kw)
+
+
+add("grpo_passk_advantages/best-member-only",
+    "G = 4, [1, 0, 0, 0]: only the best member gets (1 - 0) / (0.5 + 1e-6)",
+    _passk([1.0, 0.0, 0.0, 0.0], 4), expect=f64([1.0 / (0.5 + 1e-6), 0.0, 0.0, 0.0]))
+add("grpo_passk_advantages/shared-maximum",
+    "a maximum shared by two members: the margin is 0, every advantage of the group is 0",
+    _passk([1.0, 1.0, 0.0, 0.0, 0.2, 0.9, 0.5, 0.9], 4), expect=np.zeros(8))
+add("grpo_passk_advantages/scale-none",
+    "scale 'none': the margin over the runner-up, 0.9 - 0.7, on the best member (index 1)",
+    _passk([0.2, 0.9, 0.5, 0.7], 4, scale="none"), expect=f64([0.0, 0.2, 0.0, 0.0]))
+add("grpo_passk_advantages/best-not-first",
+    "two groups whose best members sit at different positions: each group credits its own member",
+    _passk([0.0, 0.0, 3.0, 1.0, 2.0, 0.0], 3, scale="none"), expect=f64([0.0, 0.0, 3.0, 0.0, 1.0, 0.0]))
+add("grpo_passk_advantages/g2-binary",
+    "G = 2 binary: a mixed group credits its solver with 1/(sqrt(0.5) + 1e-6); a solved group gets 0",
+    _passk([0.0, 1.0, 1.0, 1.0], 2), expect=f64([0.0, 1.0 / (np.sqrt(0.5) + 1e-6), 0.0, 0.0]))
+add("grpo_passk_advantages/biased-std-eps0",
+    "std_ddof 0 and eps 0: (3 - 1) / std([3, 1, 0], ddof 0)",
+    _passk([3.0, 1.0, 0.0], 3, std_ddof=0, eps=0.0), expect=f64([2.0 / np.sqrt(14 / 9), 0.0, 0.0]))
+add("grpo_passk_advantages/all-equal-eps0",
+    "an all-equal group with eps 0: 0/0 is 0, never NaN",
+    _passk([0.5, 0.5, 0.5], 3, eps=0.0), expect=np.zeros(3))
+
+
+def _gdpo(rewards, G, **kw):
+    return lambda: build("gdpo_advantages", {"rewards": f64(rewards), "group_size": G}, kw)
+
+
+R_GDPO = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]]
+Z_GDPO = 0.5 / (np.sqrt(0.5) + 1e-6)  # each column's group z-score (G = 2, values differ by 1)
+S_GDPO = f64([Z_GDPO - 2 * Z_GDPO, -Z_GDPO + 2 * Z_GDPO, Z_GDPO + 2 * Z_GDPO, -Z_GDPO - 2 * Z_GDPO])
+add("gdpo_advantages/weighted-sum-not-normalised",
+    "two rewards, weights [1, 2], batch_normalize False: s = z_1 + 2 z_2 per sequence",
+    _gdpo(R_GDPO, 2, reward_weights=[1.0, 2.0], batch_normalize=False), expect=S_GDPO)
+add("gdpo_advantages/worked-example",
+    "the same s normalised over the batch: (s - mean s) / (std s + 1e-6)",
+    _gdpo(R_GDPO, 2, reward_weights=[1.0, 2.0]),
+    expect=(S_GDPO - S_GDPO.mean()) / (S_GDPO.std(ddof=1) + 1e-6))
+add("gdpo_advantages/each-reward-normalised-before-the-sum",
+    "a reward of spread 100 and one of spread 1 weigh the same once each is a group z-score",
+    _gdpo([[100.0, 0.0], [0.0, 1.0]], 2, batch_normalize=False, eps=0.0), expect=f64([0.0, 0.0]))
+add("gdpo_advantages/single-reward",
+    "K = 1: grpo_advantages of the column, normalised again over the batch",
+    _gdpo([[1.0], [0.0], [0.0], [0.0]], 4, eps=0.0),
+    expect=f64([1.5, -0.5, -0.5, -0.5]))
+add("gdpo_advantages/all-equal-column",
+    "an all-equal column of a group contributes exactly 0; all s equal gives 0",
+    _gdpo([[2.0, 1.0], [2.0, 1.0], [5.0, 0.0], [5.0, 0.0]], 2), expect=np.zeros(4))
+add("gdpo_advantages/singleton-raw",
+    "G = 1, singleton 'raw' (verl): r / (1 + eps) per column, summed, not normalised",
+    _gdpo([[1.0, 2.0], [0.0, -1.0]], 1, singleton="raw", batch_normalize=False),
+    expect=f64([3.0, -1.0]) / (1 + 1e-6))
+add("gdpo_advantages/singleton-zero",
+    "G = 1, singleton 'zero': every z-score is 0",
+    _gdpo([[1.0, 2.0], [0.0, -1.0]], 1), expect=np.zeros(2))
+
+
+def _maxrl(rewards, G, **kw):
+    return lambda: build("maxrl_advantages", {"rewards": f64(rewards), "group_size": G}, kw)
+
+
+add("maxrl_advantages/worked-example",
+    "G = 4: [1, 0, 0, 0] (pass rate 0.25) and [1, 1, 1, 0] (0.75): (r - mu) / (mu + 1e-6)",
+    _maxrl([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0], 4),
+    expect=f64([0.75, -0.25, -0.25, -0.25, 0.25, 0.25, 0.25, -0.75]) / f64([0.25 + 1e-6] * 4 + [0.75 + 1e-6] * 4))
+add("maxrl_advantages/all-failed-group",
+    "an all-failed group (mu = 0) gives exactly 0, also with eps 0",
+    _maxrl([0.0, 0.0, 1.0, 0.0], 2, eps=0.0), expect=f64([0.0, 0.0, 1.0, -1.0]))
+add("maxrl_advantages/hard-prompt-weighs-more",
+    "the same centred reward weighs 3x more on a prompt solved 1 time in 4 than 3 times in 4",
+    _maxrl([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0], 4, eps=0.0),
+    expect=f64([3.0, -1.0, -1.0, -1.0, 1 / 3, 1 / 3, 1 / 3, -1.0]))
+add("maxrl_advantages/singleton-zero",
+    "G = 1, singleton 'zero': 0",
+    _maxrl([1.0, 0.0, 0.5], 1), expect=np.zeros(3))
+add("maxrl_advantages/singleton-raw",
+    "G = 1, singleton 'raw' (SkyRL): r - 0, no division",
+    _maxrl([1.0, 0.0, 0.5], 1, singleton="raw"), expect=f64([1.0, 0.0, 0.5]))
+
+
+def _gpg(rewards, G, **kw):
+    return lambda: build("gpg_advantages", {"rewards": f64(rewards), "group_size": G}, kw)
+
+
+add("gpg_advantages/worked-example",
+    "G = 4, 4 non-zero rewards out of 8: alpha = 2 times the group-centred rewards",
+    _gpg([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0], 4),
+    expect=f64([1.5, -0.5, -0.5, -0.5, 0.5, 0.5, 0.5, -1.5]))
+add("gpg_advantages/no-zero-rewards",
+    "no zero reward: alpha = 1, the Dr. GRPO advantage",
+    _gpg([1.0, 2.0, 0.5, 1.5], 2), expect=f64([-0.5, 0.5, -0.5, 0.5]))
+add("gpg_advantages/all-zero",
+    "every reward 0: alpha = B and every advantage 0",
+    _gpg([0.0, 0.0, 0.0, 0.0], 2), expect=np.zeros(4))
+add("gpg_advantages/alpha-counts-the-batch",
+    "alpha = 6 / 1: one non-zero reward in the batch scales every group, the all-zero ones giving 0",
+    _gpg([0.0, 0.0, 0.0, 0.0, 1.0, 0.0], 2), expect=f64([0.0, 0.0, 0.0, 0.0, 3.0, -3.0]))
+add("gpg_advantages/singleton-raw",
+    "G = 1, singleton 'raw' (verl): alpha * r, alpha = 3 / 2",
+    _gpg([1.0, 0.0, -2.0], 1, singleton="raw"), expect=f64([1.5, 0.0, -3.0]))
+
+
 def _dppo(p, p_old, adv, m, **kw):
     """DPPO on probabilities: logp = log p, old_logp = log p_old (masked positions hold p = p_old = 0.5)."""
     return lambda: build("dppo_token_loss", {"logp": np.log(f64(p)), "old_logp": np.log(f64(p_old)), "advantages": f64(adv),
@@ -1624,6 +2145,286 @@ add("corrected_policy_loss/nonfinite-at-masked",
     }, {"kl_coef": 0.1}))
 
 # ---------------------------------------------------------------------------------------------
+# kl_loss_term (logp, ref_logp, mask, old_logp): spec v1.1 kl.loss. One row of four valid tokens with
+# log-ratios to the reference d = [-1, 0.3, 1.5, 0] (d = 0: abs's tie) and to the sampling policy
+# log r = [log 2, -0.5, 3, 0.2] (r = e^3 = 20.1 is above the weight cap 10), every estimator under
+# every gradient form; then the clamps, the cap, the cancellation and overflow edges.
+# ---------------------------------------------------------------------------------------------
+
+KLL_D = np.array([-1.0, 0.3, 1.5, 0.0])
+KLL_LOG_R = np.array([np.log(2.0), -0.5, 3.0, 0.2])
+KLL_LOGP = np.array([-1.0, -1.5, -0.4, -2.0, -0.7])
+KLL_M = mask(".xxxx")
+
+
+def _kll(logp, ref, m, old=None, **kw):
+    return lambda: build("kl_loss_term", {"logp": f64(logp), "ref_logp": f64(ref), "mask": m,
+                                          "old_logp": None if old is None else f64(old)}, kw)
+
+
+def _kll_row(d=KLL_D, log_r=KLL_LOG_R, with_old=True, **kw):
+    """The row above: logp = KLL_LOGP, ref = logp - d, old = logp - log r (masked position 0: all -1)."""
+    ref = KLL_LOGP - _pad1(d)[0]
+    old = KLL_LOGP - _pad1(log_r)[0] if with_old else None
+    return _kll([KLL_LOGP], [ref], KLL_M, None if old is None else [old], **kw)
+
+
+_R = np.exp(KLL_LOG_R)
+_W = np.minimum(_R, 10.0)
+_KL_K = {"k1": KLL_D, "k2": KLL_D**2 / 2, "k3": np.exp(-KLL_D) - 1 + KLL_D, "abs": np.abs(KLL_D)}
+_KL_DK = {"k1": np.ones(4), "k2": KLL_D, "k3": 1 - np.exp(-KLL_D), "abs": np.sign(KLL_D)}  # sgn(0) = 0
+
+
+def _kl_form(est: str, gradient: str) -> tuple[np.ndarray, np.ndarray]:
+    """(value, gradient factor) of the row, worked out from the equations of kl.loss.md."""
+    K, dK = _KL_K[est], _KL_DK[est]
+    if gradient == "estimator":
+        return K, dK
+    if gradient == "straight_through":
+        return K, KLL_D
+    if gradient == "unbiased":
+        return K, _W * KLL_D
+    # bias_corrected: K r, r (dK + K); for k3 dK + K = (1 - e^-d) + (e^-d - 1 + d) = d
+    return K * _R, _R * (KLL_D if est == "k3" else dK + K)
+
+
+for _est in ("k1", "k2", "k3", "abs"):
+    for _grad in ("estimator", "straight_through", "unbiased", "bias_corrected"):
+        _value, _factor = _kl_form(_est, _grad)
+        add(f"kl_loss_term/{_est}-{_grad.replace('_', '-')}",
+            f"{_est} with the {_grad.replace('_', '-')} gradient: d = [-1, 0.3, 1.5, 0], r = [2, e^-0.5, e^3, e^0.2]",
+            _kll_row(estimator=_est, gradient=_grad), expect=_pad1(_value), grad_factor=_pad1(_factor))
+
+add("kl_loss_term/straight-through-ignores-clamps",
+    "k3 straight-through with log_ratio_clamp=1 and clamp=0.5: the value is clamped, the gradient is the raw d",
+    _kll_row(estimator="k3", gradient="straight_through", log_ratio_clamp=1.0, clamp=0.5, with_old=False),
+    expect=_pad1(np.clip(np.exp(-np.clip(KLL_D, -1, 1)) - 1 + np.clip(KLL_D, -1, 1), -0.5, 0.5)),
+    grad_factor=_pad1(KLL_D))
+add("kl_loss_term/unbiased-ignores-clamps",
+    "k1 unbiased with clamp=0.5: the value is clamped to +-0.5, the gradient is w d with the raw d",
+    _kll_row(estimator="k1", gradient="unbiased", clamp=0.5),
+    expect=_pad1(np.clip(KLL_D, -0.5, 0.5)), grad_factor=_pad1(_W * KLL_D))
+add("kl_loss_term/unbiased-weight-cap-2",
+    "weight_cap=2: w = min(r, 2) = [2, e^-0.5, 2, e^0.2]",
+    _kll_row(estimator="k3", gradient="unbiased", weight_cap=2.0),
+    expect=_pad1(_KL_K["k3"]), grad_factor=_pad1(np.minimum(_R, 2.0) * KLL_D))
+add("kl_loss_term/unbiased-uncapped",
+    "weight_cap=None: w = r, e^3 = 20.1 included; the k3 gradient then equals the bias-corrected one (r d)",
+    _kll_row(estimator="k3", gradient="unbiased", weight_cap=None),
+    expect=_pad1(_KL_K["k3"]), grad_factor=_pad1(_R * KLL_D))
+add("kl_loss_term/bias-corrected-clamped",
+    "k3 bias-corrected with clamp=0.5: a clamped estimate is a constant, its gradient r K (not r d)",
+    _kll_row(estimator="k3", gradient="bias_corrected", clamp=0.5),
+    expect=_pad1(np.clip(_KL_K["k3"], -0.5, 0.5) * _R),
+    grad_factor=_pad1(_R * np.where(np.abs(_KL_K["k3"]) <= 0.5, KLL_D, np.clip(_KL_K["k3"], -0.5, 0.5))))
+add("kl_loss_term/bias-corrected-log-ratio-clamp",
+    "k1 bias-corrected with log_ratio_clamp=1: d = 1.5 is clipped (K = 1, a constant: gradient r K)",
+    _kll_row(estimator="k1", gradient="bias_corrected", log_ratio_clamp=1.0),
+    expect=_pad1(np.clip(KLL_D, -1, 1) * _R),
+    grad_factor=_pad1(_R * np.where(np.abs(KLL_D) <= 1.0, 1.0 + KLL_D, np.clip(KLL_D, -1, 1))))
+add("kl_loss_term/bias-corrected-k3-cancellation",
+    "k3 bias-corrected at d = -50: K = e^50 - 51 and dK = 1 - e^50 cancel to the gradient r d = -50 r exactly",
+    _kll([[-1.0, -60.0]], [[-1.0, -10.0]], mask(".x"), [[-1.0, -60.5]], estimator="k3", gradient="bias_corrected"),
+    expect=f64([[0.0, (np.expm1(50.0) - 50.0) * np.exp(0.5)]]), grad_factor=f64([[0.0, -50.0 * np.exp(0.5)]]))
+add("kl_loss_term/bias-corrected-k3-overflow",
+    "k3 bias-corrected at d = -800: K = e^800 overflows (value inf), the gradient r d = -800 r is finite, never NaN",
+    _kll([[-1.0, -801.0]], [[-1.0, -1.0]], mask(".x"), [[-1.0, -801.0]], estimator="k3", gradient="bias_corrected"),
+    expect=f64([[0.0, inf]]), grad_factor=f64([[0.0, -800.0]]))
+add("kl_loss_term/ratio-overflow-zero-estimate",
+    "r = e^800 (overflows) where d = 0: K r = 0 and the gradients w d, r d are 0 (0 inf := 0); the other token is finite",
+    _kll([[-1.0, -0.5, -0.5]], [[-1.0, -0.5, -0.7]], mask(".xx"), [[-1.0, -800.5, -0.5]], estimator="k3",
+         gradient="bias_corrected"),
+    expect=f64([[0.0, 0.0, np.exp(-0.2) - 1 + 0.2]]), grad_factor=f64([[0.0, 0.0, 0.2]]))
+add("kl_loss_term/unbiased-uncapped-ratio-overflow",
+    "weight_cap=None and r = e^800 where d = 0: the gradient w d is 0, never NaN",
+    _kll([[-1.0, -0.5, -0.5]], [[-1.0, -0.5, -0.7]], mask(".xx"), [[-1.0, -800.5, -0.5]], estimator="k3",
+         gradient="unbiased", weight_cap=None),
+    expect=f64([[0.0, 0.0, np.exp(-0.2) - 1 + 0.2]]), grad_factor=f64([[0.0, 0.0, 0.2]]))
+add("kl_loss_term/unbiased-capped-ratio-overflow",
+    "weight_cap=10 and r = e^800: w = 10, the gradient 10 d",
+    _kll([[-1.0, -0.5]], [[-1.0, 0.0]], mask(".x"), [[-1.0, -800.5]], estimator="k3", gradient="unbiased"),
+    expect=f64([[0.0, np.exp(0.5) - 1.5]]), grad_factor=f64([[0.0, -5.0]]))
+add("kl_loss_term/old-equals-logp-bias-corrected",
+    "old_logp = logp (r = 1): the value is K, but the gradient dK + K differs from the estimator's dK",
+    _kll_row(estimator="k3", gradient="bias_corrected", log_r=np.zeros(4)),
+    expect=_pad1(_KL_K["k3"]), grad_factor=_pad1(KLL_D))
+add("kl_loss_term/on-policy",
+    "old_logp = ref_logp = logp: every form is 0; k1 bias-corrected keeps the gradient r (dk1/dd + k1) = 1",
+    _kll_row(estimator="k1", gradient="bias_corrected", d=np.zeros(4), log_r=np.zeros(4)),
+    expect=np.zeros((1, 5)), grad_factor=_pad1(np.ones(4)))
+add("kl_loss_term/old-logp-none",
+    "old_logp=None: accepted by the straight-through form, which never reads it",
+    _kll_row(estimator="abs", gradient="straight_through", with_old=False),
+    expect=_pad1(np.abs(KLL_D)), grad_factor=_pad1(KLL_D))
+add("kl_loss_term/empty-mask-row",
+    "a row with no valid token is 0 with a zero gradient",
+    _kll([KLL_LOGP, KLL_LOGP], [KLL_LOGP - 0.5, KLL_LOGP - 0.5], mask(".xxxx", "....."),
+         [KLL_LOGP - 0.1, KLL_LOGP - 0.1], gradient="bias_corrected"))
+add("kl_loss_term/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions of logp, ref_logp and old_logp change nothing",
+    _kll([[nan, -0.2, -1.4, inf, -3.0, 1e30]], [[-inf, -0.5, -1.0, nan, -0.5, -0.8]], mask(".xx.x."),
+         [[1e30, -0.4, -1.2, -inf, -3.5, nan]], gradient="bias_corrected"))
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1, entropy terms and coefficient controllers. Entropies are dyadic (exact in every dtype),
+# so a threshold that is an order statistic is exact and a tie at it is exact.
+# ---------------------------------------------------------------------------------------------
+
+
+def _etm(H, m, **kw):
+    return lambda: build("entropy_top_mask", {"entropy": f64(H), "mask": m}, kw)
+
+
+# valid entropies 0.5, 1.0, 1.5, 2.0, 2.5 (n = 5) at positions 1..5; position 0 is the prompt
+E5 = [[9.0, 1.0, 2.5, 0.5, 2.0, 1.5]]
+M5 = mask(".xxxxx")
+add("entropy_top_mask/rho-0.5-tie-kept",
+    "rho 0.5: p = 0.5*4 = 2, tau = 1.5 (an order statistic); the token at tau is kept (>=)",
+    _etm(E5, M5, rho=0.5), expect=mask("..x.xx"))
+add("entropy_top_mask/rho-0.3-interpolated",
+    "rho 0.3: p = 0.7*4 = 2.8, tau = 1.5 + 0.8*(2.0 - 1.5) = 1.9: 2.0 and 2.5 kept",
+    _etm(E5, M5, rho=0.3), expect=mask("..x.x."))
+add("entropy_top_mask/rho-0.2-paper",
+    "rho 0.2 (the paper's): p = 0.8*4 = 3.2, tau = 2.0 + 0.2*0.5 = 2.1: only 2.5 kept",
+    _etm(E5, M5, rho=0.2), expect=mask("..x..."))
+add("entropy_top_mask/rho-1-keeps-all",
+    "rho 1: tau = the minimum, every valid token kept (the masked prompt position stays False)",
+    _etm(E5, M5, rho=1.0), expect=M5)
+add("entropy_top_mask/rho-0-keeps-tied-maximum",
+    "rho 0: tau = the maximum 2.5, held by two tokens: both kept",
+    _etm([[0.0, 2.5, 1.0, 2.5, 0.25]], mask(".xxxx"), rho=0.0), expect=mask(".x.x."))
+add("entropy_top_mask/batch-wide-not-per-row",
+    "the quantile spans the batch, not each row: n = 6, p = 2.5, tau = 0.75 + 0.5*0.75 = 1.125: row 0 is "
+    "kept whole and row 1's low entropies are all dropped",
+    _etm([[0.0, 2.0, 3.0, 1.5], [0.0, 0.25, 0.5, 0.75]], mask(".xxx", ".xxx"), rho=0.5),
+    expect=mask(".xxx", "...."))
+add("entropy_top_mask/single-token",
+    "n = 1: tau is that token's entropy, kept for any rho",
+    _etm([[0.0, 0.0, 0.75, 0.0]], mask("..x."), rho=0.2), expect=mask("..x."))
+add("entropy_top_mask/empty-batch",
+    "no valid token: nothing kept",
+    _etm([[1.0, 2.0, 3.0]], mask("..."), rho=0.2), expect=mask("..."))
+add("entropy_top_mask/pooled-confident-rank-keeps-nothing",
+    "a rank holding 0.25, 0.5, 0.75 of a batch pooled with another rank's 1.0..3.0: rho 0.5, n = 8, "
+    "p = 3.5, tau = 1.0 + 0.5*0.5 = 1.25: this rank keeps nothing (its own quantile would keep 0.5, 0.75)",
+    _etm([[0.0, 0.5, 0.25, 0.75]], mask(".xxx"), rho=0.5,
+         pooled_entropy=[0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0]), expect=mask("...."))
+add("entropy_top_mask/pooled-uncertain-rank-keeps-all",
+    "a rank holding 2.0, 3.0 pooled with 0.25, 0.5: rho 0.5, p = 1.5, tau = 1.25: both kept "
+    "(its own quantile, 2.5, would keep only 3.0)",
+    _etm([[0.0, 2.0, 3.0]], mask(".xx"), rho=0.5, pooled_entropy=[0.25, 2.0, 0.5, 3.0]), expect=mask(".xx"))
+add("entropy_top_mask/pooled-empty-rank",
+    "a rank without valid tokens keeps nothing whatever the pool",
+    _etm([[0.0, 2.0, 3.0]], mask("..."), rho=0.5, pooled_entropy=[0.25, 0.5]), expect=mask("..."))
+add("entropy_top_mask/pooled-empty",
+    "an empty pool (no valid token in the batch): nothing kept",
+    _etm([[0.0, 2.0]], mask(".."), rho=0.2, pooled_entropy=[]), expect=mask(".."))
+add("entropy_top_mask/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions are never read (nor pooled)",
+    _etm([[nan, 1.0, inf, 2.0, 1e30, 0.5, -inf]], mask(".x.x.x."), rho=0.5), expect=mask(".x.x..."))
+
+
+def _ebo(H, m, **kw):
+    return lambda: build("entropy_bonus", {"entropy": f64(H), "mask": m}, kw)
+
+
+EB_H = [[0.0, 1.0, 2.0], [0.0, 3.0, 0.0]]
+EB_M = mask(".xx", ".x.")
+add("entropy_bonus/token-mean",
+    "c 0.1, token_mean of 1, 2, 3 = 2: -0.2; each token's gradient -0.1/3",
+    _ebo(EB_H, EB_M, entropy_coef=0.1, mode="token_mean"), expect=-0.2, grad_factor=where(EB_M, -0.1 / 3))
+add("entropy_bonus/seq-mean-token-mean",
+    "c 0.1, row means 1.5 and 3, their mean 2.25: -0.225; gradients -0.1/(2*2) and -0.1/(2*1)",
+    _ebo(EB_H, EB_M, entropy_coef=0.1, mode="seq_mean_token_mean"), expect=-0.225,
+    grad_factor=where(EB_M, [[-0.025], [-0.05]]))
+add("entropy_bonus/token-sum",
+    "c 0.5, token_sum 6: -3; each token's gradient -0.5",
+    _ebo(EB_H, EB_M, entropy_coef=0.5, mode="token_sum"), expect=-3.0, grad_factor=where(EB_M, -0.5))
+add("entropy_bonus/global-num-tokens",
+    "a micro-batch with 3 of the step's 12 tokens (num_tokens 12): -0.1 * 6/12 = -0.05",
+    _ebo(EB_H, EB_M, entropy_coef=0.1, mode="token_mean", num_tokens=12), expect=-0.05,
+    grad_factor=where(EB_M, -0.1 / 12))
+add("entropy_bonus/negative-coef-penalises",
+    "c -0.2 (an entropy penalty): +0.2 * 2 = 0.4",
+    _ebo(EB_H, EB_M, entropy_coef=-0.2, mode="token_mean"), expect=0.4, grad_factor=where(EB_M, 0.2 / 3))
+add("entropy_bonus/zero-coef",
+    "c 0: 0 and no gradient",
+    _ebo(EB_H, EB_M, entropy_coef=0.0, mode="token_mean"), expect=0.0, grad_factor=where(EB_M, 0.0))
+add("entropy_bonus/all-masked",
+    "no valid token: 0",
+    _ebo(EB_H, mask("...", "..."), entropy_coef=0.1, mode="token_mean"), expect=0.0)
+add("entropy_bonus/nonfinite-at-masked",
+    "NaN, +-inf and 1e30 at masked positions change nothing: token_mean of 1 and 3",
+    _ebo([[nan, 1.0, inf, 3.0, 1e30]], mask(".x.x."), entropy_coef=1.0, mode="token_mean"), expect=-2.0,
+    grad_factor=where(mask(".x.x."), -0.5))
+
+
+def _klc(beta, kl, n, **kw):
+    return lambda: build("kl_controller_update", {"kl_coef": beta, "current_kl": kl, "n_steps": n}, kw)
+
+
+KLC = {"target": 6.0, "horizon": 10000}
+add("kl_controller_update/at-target",
+    "KL = target: e = 0, beta unchanged", _klc(0.1, 6.0, 1000, **KLC), expect=0.1)
+add("kl_controller_update/above-inside-clip",
+    "KL 6.6: e = 0.1, beta * (1 + 0.1 * 1000/10000) = 0.101", _klc(0.1, 6.6, 1000, **KLC), expect=0.101)
+add("kl_controller_update/below-inside-clip",
+    "KL 5.4: e = -0.1, beta * (1 - 0.01) = 0.099", _klc(0.1, 5.4, 1000, **KLC), expect=0.099)
+add("kl_controller_update/above-clipped",
+    "KL 12: e = 1 clipped to 0.2, beta * 1.02 = 0.102", _klc(0.1, 12.0, 1000, **KLC), expect=0.102)
+add("kl_controller_update/zero-kl-clipped",
+    "KL 0: e = -1 clipped to -0.2, beta * 0.98 = 0.098", _klc(0.1, 0.0, 1000, **KLC), expect=0.098)
+add("kl_controller_update/negative-kl-estimate",
+    "KL -1 (a k1 estimate): e clipped to -0.2, 0.098", _klc(0.1, -1.0, 1000, **KLC), expect=0.098)
+add("kl_controller_update/no-steps",
+    "n_steps 0: beta unchanged whatever the KL", _klc(0.1, 60.0, 0, **KLC), expect=0.1)
+add("kl_controller_update/zero-beta-stays",
+    "beta 0 stays 0", _klc(0.0, 60.0, 1000, **KLC), expect=0.0)
+add("kl_controller_update/factor-below-zero",
+    "n = 6 horizons with KL below target: 1 - 0.2 * 6 = -0.2, beta -0.02 (literal, no floor)",
+    _klc(0.1, 0.0, 60000, **KLC), expect=-0.02)
+
+
+def _ecu(c, H, **kw):
+    return lambda: build("entropy_coef_update", {"coef": c, "current_entropy": H}, kw)
+
+
+add("entropy_coef_update/below-target-rises",
+    "defaults (target 0.2, delta 0.005): H 0.15 <= 0.2: 0.01 + 0.005", _ecu(0.01, 0.15), expect=0.015)
+add("entropy_coef_update/above-target-falls",
+    "H 0.3 > 0.2: 0.01 - 0.005", _ecu(0.01, 0.3), expect=0.005)
+add("entropy_coef_update/at-target-rises",
+    "H = target counts as low (<=): rises", _ecu(0.25, 0.5, target=0.5, delta=0.25), expect=0.5)
+add("entropy_coef_update/clamped-at-max",
+    "0.998 + 0.005 clamped to coef_max 1", _ecu(0.998, 0.1), expect=1.0)
+add("entropy_coef_update/clamped-at-min",
+    "0.002 - 0.005 clamped to coef_min 0", _ecu(0.002, 3.0), expect=0.0)
+add("entropy_coef_update/above-max-falls-by-delta",
+    "a coefficient above coef_max that must fall moves by delta (one-sided clamp): 1.5 - 0.25",
+    _ecu(1.5, 3.0, delta=0.25), expect=1.25)
+add("entropy_coef_update/above-max-rises-to-max",
+    "a coefficient above coef_max that must rise is set to coef_max", _ecu(1.5, 0.0, delta=0.25), expect=1.0)
+add("entropy_coef_update/custom-bounds",
+    "target 2, delta 0.125, [0.25, 0.5]: H 1 rises 0.375 -> 0.5",
+    _ecu(0.375, 1.0, target=2.0, delta=0.125, coef_min=0.25, coef_max=0.5), expect=0.5)
+
+
+def _eca(c, H, **kw):
+    return lambda: build("entropy_coef_applied", {"coef": c, "last_entropy": H}, kw)
+
+
+add("entropy_coef_applied/below-target-applied",
+    "previous H 0.1 <= 0.2: the coefficient applies", _eca(0.05, 0.1), expect=0.05)
+add("entropy_coef_applied/above-target-off",
+    "previous H 3 > 0.2: 0", _eca(0.05, 3.0), expect=0.0)
+add("entropy_coef_applied/at-target-applied",
+    "previous H = target: applies (<=)", _eca(0.05, 0.5, target=0.5), expect=0.05)
+add("entropy_coef_applied/first-step-off",
+    "nothing measured yet (last_entropy = +inf, TRL's initial state): 0", _eca(0.05, inf), expect=0.0)
+add("entropy_coef_applied/zero-coef",
+    "a zero coefficient applies as 0", _eca(0.0, 0.1), expect=0.0)
+
+# ---------------------------------------------------------------------------------------------
 # Presets: each preset of oracle.presets.PRESETS that names the function, on inputs that show
 # the preset's deviation from canonical.
 # ---------------------------------------------------------------------------------------------
@@ -1669,8 +2470,38 @@ PRESET_INPUTS: dict[str, Callable[..., Callable[[], cases.Case]]] = {
     "gmpo_token_loss": lambda preset, **kw: _policy(
         "gmpo_token_loss", [[0.0, 0.3, -0.3, 0.1], [0.0, -0.3, 0.25, 0.0]], [1.0, -1.0], mask(".xxx", ".xxx"), **kw),
     # a row whose summed log-ratio 25 exceeds TRL's clamps (token +-20, sequence [log 1e-8, 20])
+    # lengths before, on and beyond the ramp of max 20 / buffer 4, up to 6 tokens past max_length (where
+    # verl's, AReaL's and ms-swift's line has no floor)
+    "overlong_penalty": lambda preset, **kw: _ol([0, 12, 16, 17, 20, 21, 26], max_length=20, buffer=4, **kw),
+    # rewards beyond OpenRLHF's +-10 and inside / beyond AReaL's +-20
+    "shaped_rewards": lambda preset, **kw: _sr([25.0, -12.0, 3.0, -30.0, 15.0], [False, True, False, True, False], **kw),
     "vespo_token_loss": lambda preset, **kw: _policy(
         "vespo_token_loss", [[0.0, 25.0, 0.1], [0.0, -0.2, 0.3]], [1.0, -1.0], mask(".xx", ".xx"), old=-30.0, **kw),
+    # spec v1.1 advantage estimators: G = 1 for the singleton presets (verl, SkyRL), a masked tool token with
+    # gamma 0.9 for the gap presets (OpenRLHF, SkyRL), several groups with unequal row lengths for the rest
+    "rloo_advantages": lambda preset, **kw: lambda: build(
+        "rloo_advantages", {"rewards": f64([1.0, -0.5, 3.0]), "group_size": 1}, kw),
+    "reinforce_pp_advantages": lambda preset, **kw: _rpp(
+        [[0.0, 1.0, 0.5, 0.0, 2.0], [0.0, 0.0, 0.3, 1.0, 0.0]], mask(".x.x.", "..xx."), gamma=0.9, **kw),
+    "reinforce_pp_baseline_advantages": lambda preset, **kw: _rppb(
+        [1.0, -0.5, 3.0] if preset == "verl" else [1.0, 0.0, 0.0, 1.0, 0.5, 0.5],
+        1 if preset == "verl" else 2,
+        mask(".xx", ".x.", ".xx") if preset == "verl" else mask(".xxx", ".x..", ".xx.", ".x..", ".xxx", "...."), **kw),
+    "opo_advantages": lambda preset, **kw: _opo([1.0, -0.5], 1, mask(".xx", ".x."), **kw),
+    "gpg_advantages": lambda preset, **kw: _gpg([1.0, 0.0, -2.0], 1, **kw),
+    "maxrl_advantages": lambda preset, **kw: _maxrl([1.0, 0.0, 0.5], 1, **kw),
+    # three weighted reward columns, one all-equal within a group: each framework's eps shows in the z-scores
+    "gdpo_advantages": lambda preset, **kw: _gdpo(
+        [[1.0, 0.0, 2.0], [0.0, 1.0, 2.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]], 2, reward_weights=[1.0, 0.5, 2.0], **kw),
+    # N = 10: SkyRL's fraction 0.2 penalises the two largest covariances (3.6, 2.4), verl's 2e-4 only the first
+    "kl_cov_token_loss": lambda preset, **kw: _cov(
+        "kl_cov_token_loss", [[-4.0, -1.0, -2.0, -3.0, -4.0, -5.0], [-4.0, -1.5, -2.5, -3.5, -4.5, -7.0]],
+        [[0.0, 0.3, -0.2, 0.1, 0.2, -0.1], [0.0, 0.2, 0.1, -0.3, 0.4, -0.5]], [1.0, -1.0], mask(".xxxxx", ".xxxxx"), **kw),
+    # d = 25 and d = -3 (k3 = 24 and 16, beyond verl's and OpenRLHF's clamp at 10), d = -45 (beyond
+    # open-instruct's +-40 log-ratio clamp) and ordinary tokens; r = 2 and e^-0.5 (TRL's ratio)
+    "kl_loss_term": lambda preset, **kw: _kll(
+        [[-1.0, -0.5, -3.5, -0.2, -1.4, -46.0]], [[-1.0, -25.5, -0.5, -0.5, -1.0, -1.0]], mask(".xxxxx"),
+        [[-1.0, -0.5 - np.log(2.0), -3.0, -0.2, -1.4, -46.0]], **kw),
     # a kept token with ratio 4 (verl caps the stop-gradient weight at 3)
     "dppo_token_loss": lambda preset, **kw: _dppo(
         [[0.5, 0.8, 0.6]], [[0.5, 0.2, 0.5]], [[0.0, -1.0, 1.0]], mask(".xx"), **kw),
@@ -1729,6 +2560,24 @@ RANDOM_SEEDS: dict[str, tuple[int, ...]] = {
     "dppo_token_loss": (1, 2, 3),
     "dro_token_loss": (1, 2, 3),
     "vespo_token_loss": (1, 2, 3),
+    "reinforce_pp_advantages": (1, 2, 3),
+    "reinforce_pp_baseline_advantages": (1, 2, 3),
+    "remax_advantages": (1, 2, 3),
+    "opo_advantages": (1, 2, 3),
+    "grpo_passk_advantages": (1, 2, 3),
+    "gdpo_advantages": (1, 2, 3),
+    "maxrl_advantages": (1, 2, 3),
+    "gpg_advantages": (1, 2, 3),
+    "overlong_penalty": (1, 7, 16),  # the floor beyond max_length, the line beyond it, the ramp
+    "shaped_rewards": (4, 7, 16),  # rewards beyond +-20 clipped after a shift; replace + shift; one-sided clip
+    "entropy_top_mask": (1, 2, 3),
+    "entropy_bonus": (1, 2, 3),
+    "kl_controller_update": (1, 2, 3),
+    "entropy_coef_update": (1, 2, 3),
+    "entropy_coef_applied": (1, 2, 3),
+    "clip_cov_mask": (2, 4, 8),  # seeds whose draws cut a token (most seeds of 3-8 valid tokens cut none)
+    "kl_cov_token_loss": (3, 6, 8),
+    "kl_loss_term": (1, 2, 3),
 }
 
 

@@ -78,8 +78,8 @@ def reinforce_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndar
 def rloo_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
     G = a["group_size"]
     r = a["rewards"].reshape(-1, G)
-    if G == 1:
-        return (np.zeros(r.size),)
+    if G == 1:  # singleton "raw" (spec v1.1, verl's loop rloo): no baseline
+        return (r.ravel().copy() if kw.get("singleton", "zero") == "raw" else np.zeros(r.size),)
     return (((r - (r.sum(axis=1, keepdims=True) - r) / (G - 1))).ravel(),)
 
 
@@ -536,6 +536,262 @@ def vespo_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray,
     return (_vespo(a, kw)[0],)
 
 
+def _covariance(a: dict[str, Any]) -> np.ndarray:
+    """(A - mean A)(logp - mean logp), both means over every valid token of the batch (0 where masked)."""
+    m = a["mask"]
+    A, lp = _adv(a), _clean(m, a["logp"])
+    N = max(int(m.sum()), 1)
+    return _zero_masked(m, (A - A.sum() / N) * (lp - lp.sum() / N))
+
+
+def _first_n(eligible: np.ndarray, key: np.ndarray, n: int) -> np.ndarray:
+    """The n eligible positions of smallest key, equal keys in row-major order (np.lexsort, flat index last)."""
+    flat = np.flatnonzero(eligible)
+    chosen = np.zeros(eligible.size, dtype=bool)
+    chosen[flat[np.lexsort((flat, key.ravel()[flat]))][:n]] = True
+    return chosen.reshape(eligible.shape)
+
+
+def clip_cov_mask(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    A = _adv(a)
+    r = _exp(_clean(m, a["logp"]) - _clean(m, a["old_logp"]))
+    clipped = ((A > 0) & (r > 1 + kw.get("eps_high", 0.2))) | ((A < 0) & (r < 1 - kw.get("eps_low", 0.2)))
+    cov = _covariance(a)
+    candidates = m & ~clipped & (cov > kw.get("cov_low", 1.0)) & (cov < kw.get("cov_high", 5.0))
+    n = max(1, int(np.floor(kw.get("fraction", 2e-4) * m.sum())))
+    return (m & ~_first_n(candidates, _clean(m, a["draws"]), n),)
+
+
+def _kl_cov(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    m, A = a["mask"], _adv(a)
+    d, _ = _log_ratio(a, {})
+    n = max(1, int(np.floor(kw.get("fraction", 2e-4) * m.sum())))
+    selected = _first_n(m, -_covariance(a), n)
+    coef = kw.get("coef", 0.1)
+    pg = _times_neg_A(A, _exp(d))
+    loss = pg + np.where(selected, coef * np.abs(d), 0.0)
+    return _zero_masked(m, loss), _zero_masked(m, pg + np.where(selected, coef * np.sign(d), 0.0))
+
+
+def kl_cov_token_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    return (_kl_cov(a, kw)[0],)
+
+
+def _kl_loss(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """kl.loss: (value, dvalue/dlogp) at valid positions, from the table of kl.loss.md."""
+    m = a["mask"]
+    d = _clean(m, a["logp"]) - _clean(m, a["ref_logp"])
+    lrc, clamp, est = kw.get("log_ratio_clamp"), kw.get("clamp"), kw.get("estimator", "k3")
+    gradient, cap = kw.get("gradient", "estimator"), kw.get("weight_cap", 10.0)
+    dc = d if lrc is None else np.clip(d, -lrc, lrc)
+    live = np.ones_like(d, dtype=bool) if lrc is None else np.abs(d) <= lrc  # the clips pass the gradient
+    with np.errstate(over="ignore"):
+        k = {"k1": dc, "k2": dc * dc / 2, "k3": np.expm1(-dc) + dc, "abs": np.abs(dc)}[est]
+        dk = {"k1": np.ones_like(dc), "k2": dc, "k3": -np.expm1(-dc), "abs": np.sign(dc)}[est]
+    if clamp is not None:
+        live &= np.abs(k) <= clamp
+        k = np.clip(k, -clamp, clamp)
+    dk = np.where(live, dk, 0.0)
+    if gradient in ("unbiased", "bias_corrected"):
+        with np.errstate(over="ignore"):
+            r = np.exp(_clean(m, a["logp"]) - _clean(m, a["old_logp"]))
+    if gradient == "estimator":
+        value, grad = k, dk
+    elif gradient == "straight_through":
+        value, grad = k, d
+    elif gradient == "unbiased":
+        value, grad = k, _times(r if cap is None else np.minimum(r, cap), d)
+    else:  # K r, gradient r (dK + K) = r d for an unclipped k3
+        value, grad = _times(k, r), _times(r, np.where(live, d if est == "k3" else dk + k, k))
+    return _zero_masked(m, value), _zero_masked(m, grad)
+
+
+def _times(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a * b with 0 * inf := 0 (no invalid-value warning)."""
+    zero = (a == 0) | (b == 0)
+    return np.where(zero, 0.0, np.where(zero, 1.0, a) * np.where(zero, 1.0, b))
+
+
+def kl_loss_term(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    return (_kl_loss(a, kw)[0],)
+
+
+def entropy_top_mask(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    """Keep mask ∧ H ≥ numpy's linear quantile of the pool (the valid entropies, or pooled_entropy)."""
+    m = a["mask"]
+    H = _clean(m, a["entropy"])
+    pooled = kw.get("pooled_entropy")
+    pool = H[m] if pooled is None else np.asarray(pooled, dtype=np.float64)
+    if pool.size == 0:
+        return (np.zeros(m.shape),)
+    tau = np.quantile(pool, 1.0 - kw.get("rho", 1.0), method="linear")
+    return (np.where(m & (H >= tau), 1.0, 0.0),)
+
+
+def entropy_bonus(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float, ...]:
+    return (-kw["entropy_coef"] * aggregate({"token_loss": a["entropy"], "mask": a["mask"]}, kw)[0],)
+
+
+def kl_controller_update(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float, ...]:
+    error = np.clip(a["current_kl"] / kw["target"] - 1.0, -0.2, 0.2)
+    return (a["kl_coef"] * (1.0 + error * a["n_steps"] / kw["horizon"]),)
+
+
+def entropy_coef_update(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float, ...]:
+    c, delta = a["coef"], kw.get("delta", 0.005)
+    if a["current_entropy"] <= kw.get("target", 0.2):
+        return (np.minimum(c + delta, kw.get("coef_max", 1.0)),)
+    return (np.maximum(c - delta, kw.get("coef_min", 0.0)),)
+
+
+def entropy_coef_applied(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float, ...]:
+    return (a["coef"] if a["last_entropy"] <= kw.get("target", 0.2) else 0.0,)
+
+
+def overlong_penalty(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    """-factor times the fraction of the buffer used, min(max(L - L_start, 0) / buffer, 1) (no cap for
+    beyond='linear'); buffer 0 is the step at max_length."""
+    L = a["lengths"].astype(np.float64)
+    L_max, buf, f = kw["max_length"], kw["buffer"], kw.get("factor", 1.0)
+    if buf == 0:
+        return (np.where(L > L_max, -f, 0.0),)
+    used = np.maximum(L - (L_max - buf), 0.0) / buf
+    if kw.get("beyond", "floor") == "floor":
+        used = np.minimum(used, 1.0)
+    return (-f * used + 0.0,)
+
+
+def shaped_rewards(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    r, t = a["rewards"], a["truncated"].astype(bool)
+    value = kw.get("truncated_value")
+    rule = np.full_like(r, value) if value is not None else kw.get("truncated_scale", 1.0) * r
+    out = np.where(t, rule + kw.get("truncated_shift", 0.0), r)
+    lo, hi = kw.get("clip_low"), kw.get("clip_high")
+    return (np.clip(out, -np.inf if lo is None else lo, np.inf if hi is None else hi),)
+
+
+# spec v1.1 advantage estimators: group statistics about each group's first member (an all-equal group
+# is exactly 0), zero denominators give 0
+
+
+def _div0(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    den = np.broadcast_to(den, np.broadcast(num, den).shape)
+    return np.where(den == 0, 0.0, num / np.where(den == 0, 1.0, den))
+
+
+def _dev(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """x minus its mean along ``axis``, exact zeros for all-equal slices."""
+    c = x - np.take(x, [0], axis=axis)
+    return c - c.mean(axis=axis, keepdims=True)
+
+
+def _sd(dev: np.ndarray, ddof: int, axis: int = -1) -> np.ndarray:
+    n = dev.shape[axis]
+    if n - ddof <= 0:
+        return np.zeros(np.delete(dev.shape, axis if axis >= 0 else dev.ndim + axis))
+    return np.sqrt((dev ** 2).sum(axis=axis) / (n - ddof))
+
+
+def _token_whiten(x: np.ndarray, m: np.ndarray, ddof: int, eps: float) -> np.ndarray:
+    v = x[m]
+    if v.size == 0:
+        return np.zeros(m.shape)
+    d = _dev(v)
+    den = np.sqrt((d ** 2).sum() / (v.size - ddof) + eps) if v.size - ddof > 0 else np.sqrt(eps)
+    out = np.zeros(m.shape)
+    out[m] = _div0(d, np.float64(den))
+    return out
+
+
+def reinforce_pp_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m, r = a["mask"], a["token_rewards"]
+    gamma, gap = kw.get("gamma", 1.0), kw.get("gap", "skip")
+    G = np.zeros(m.shape)
+    for b in range(m.shape[0]):
+        v = np.flatnonzero(m[b])
+        k = np.arange(v.size)
+        steps = (k[None, :] - k[:, None]) if gap == "skip" else (v[None, :] - v[:, None])  # [from, to]
+        keep = steps >= 0
+        if gap == "reset":  # only a contiguous stretch of valid positions carries the return
+            keep &= (v[None, :] - v[:, None]) == (k[None, :] - k[:, None])
+        weights = np.where(keep, float(gamma) ** np.maximum(steps, 0), 0.0)
+        G[b, v] = weights @ r[b, v]
+    return _token_whiten(G, m, kw.get("std_ddof", 1), kw.get("eps", 1e-8)), G
+
+
+def _group_dev(r: np.ndarray, G: int, singleton: str) -> np.ndarray:
+    """r − group mean (G = 1, "raw": r itself)."""
+    if G == 1 and singleton == "raw":
+        return r.copy()
+    return _dev(r.reshape(-1, G)).ravel()
+
+
+def reinforce_pp_baseline_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m, ddof = a["mask"], kw.get("std_ddof", 1)
+    dev = _group_dev(a["rewards"], a["group_size"], kw.get("singleton", "zero"))
+    if kw.get("level", "token") == "token":
+        return (_token_whiten(np.where(m, dev[:, None], 0.0), m, ddof, kw.get("eps", 1e-8)),)
+    z = _div0(_dev(dev), _sd(_dev(dev), ddof) + kw.get("eps", 1e-8))
+    return (np.where(m, z[:, None], 0.0),)
+
+
+def remax_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    G = a["group_size"]
+    return ((a["rewards"].reshape(-1, G) - a["greedy_rewards"][:, None]).ravel(),)
+
+
+def opo_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    G, r = a["group_size"], a["rewards"]
+    if G == 1 and kw.get("singleton", "zero") == "raw":
+        return (r.copy(),)
+    rg, lg = r.reshape(-1, G), a["mask"].sum(axis=1).reshape(-1, G).astype(np.float64)
+    total = lg.sum(axis=1, keepdims=True)
+    baseline = _div0((lg * rg).sum(axis=1, keepdims=True), total)
+    return (np.where(total > 0, rg - baseline, 0.0).ravel(),)
+
+
+def grpo_passk_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    G = a["group_size"]
+    g = a["rewards"].reshape(-1, G)
+    first = np.argmax(g, axis=1)  # numpy's argmax returns the first maximum
+    onehot = np.arange(G)[None, :] == first[:, None]
+    margin = g.max(axis=1) - np.where(onehot, -np.inf, g).max(axis=1)
+    if kw.get("scale", "group") == "group":
+        margin = _div0(margin, _sd(_dev(g), kw.get("std_ddof", 1)) + kw.get("eps", 1e-6))
+    return (np.where(onehot, margin[:, None], 0.0).ravel(),)
+
+
+def gdpo_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    r, G = a["rewards"], a["group_size"]
+    B, K = r.shape
+    ddof, eps = kw.get("std_ddof", 1), kw.get("eps", 1e-6)
+    w = np.ones(K) if kw.get("reward_weights") is None else np.asarray(kw["reward_weights"], dtype=np.float64)
+    x = r.reshape(-1, G, K)
+    if G == 1:
+        z = x / (1.0 + eps) if kw.get("singleton", "zero") == "raw" else np.zeros_like(x)
+    else:
+        z = _div0(_dev(x, axis=1), _sd(_dev(x, axis=1), ddof, axis=1)[:, None, :] + eps)
+    s = (z * w).sum(axis=2).ravel()
+    if not kw.get("batch_normalize", True):
+        return (s,)
+    return (_div0(_dev(s), _sd(_dev(s), ddof) + eps),)
+
+
+def maxrl_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    G, r = a["group_size"], a["rewards"]
+    if G == 1 and kw.get("singleton", "zero") == "raw":
+        return (r.copy(),)
+    g = r.reshape(-1, G)
+    return (_div0(_dev(g), g.mean(axis=1, keepdims=True) + kw.get("eps", 1e-6)).ravel(),)
+
+
+def gpg_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    r = a["rewards"]
+    alpha = r.size / max(np.count_nonzero(r), 1)
+    return (alpha * _group_dev(r, a["group_size"], kw.get("singleton", "zero")),)
+
+
 HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "token_logprobs": token_logprobs,
     "token_entropy": token_entropy,
@@ -567,6 +823,24 @@ HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "dppo_token_loss": dppo_token_loss,
     "dro_token_loss": dro_token_loss,
     "vespo_token_loss": vespo_token_loss,
+    "reinforce_pp_advantages": reinforce_pp_advantages,
+    "reinforce_pp_baseline_advantages": reinforce_pp_baseline_advantages,
+    "remax_advantages": remax_advantages,
+    "opo_advantages": opo_advantages,
+    "grpo_passk_advantages": grpo_passk_advantages,
+    "gdpo_advantages": gdpo_advantages,
+    "maxrl_advantages": maxrl_advantages,
+    "gpg_advantages": gpg_advantages,
+    "clip_cov_mask": clip_cov_mask,
+    "kl_cov_token_loss": kl_cov_token_loss,
+    "kl_loss_term": kl_loss_term,
+    "entropy_top_mask": entropy_top_mask,
+    "entropy_bonus": entropy_bonus,
+    "kl_controller_update": kl_controller_update,
+    "entropy_coef_update": entropy_coef_update,
+    "entropy_coef_applied": entropy_coef_applied,
+    "overlong_penalty": overlong_penalty,
+    "shaped_rewards": shaped_rewards,
 }
 
 
@@ -629,4 +903,7 @@ HAND_GRAD: dict[str, Callable[[dict[str, Any], dict[str, Any], Any], tuple[Any, 
     "dppo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _dppo(a, kw)[1],),
     "dro_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _dro(a, kw)[1],),
     "vespo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _vespo(a, kw)[1],),
+    "kl_cov_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _kl_cov(a, kw)[1],),
+    "kl_loss_term": lambda a, kw, u: (_times(_clean(a["mask"], u), _kl_loss(a, kw)[1]),),
+    "entropy_bonus": lambda a, kw, u: (-kw["entropy_coef"] * u * _agg_weights(a, kw),),
 }

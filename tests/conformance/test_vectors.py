@@ -63,7 +63,10 @@ def test_every_function_has_at_least_five_vectors_and_its_presets(record):
     vectors = [v for v in VECTORS if v["function"] == record.function]
     assert len(vectors) >= 5
     presets = {v["preset"]: v["kwargs"] for v in vectors if v["preset"]}
-    assert presets == {name: dict(kw) for name, kw in record.presets.items()}
+    assert set(presets) == set(record.presets)
+    for name, kw in record.presets.items():  # the preset's keywords, plus required (no default) or question ones
+        assert {k: presets[name].get(k) for k in kw} == dict(kw)
+        assert set(presets[name]) - set(kw) <= set(record.required_kwargs(presets[name])) | set(record.question)
     assert sum(v["seed"] is not None for v in vectors) >= 3
 
 

@@ -33,6 +33,9 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     'rlhf_token_rewards': 'pass',
     'gae': 'fail',  # masked tool tokens inside a completion are not skipped (golden gae/multi-turn-gap-*)
     'kl_penalty': 'preset',  # its own clamp=10.0 (golden vectors with |k| > 10)
+    # spec v1.1 kl.loss: estimator / unbiased_gradient per case (straight-through = log_probs_old None), its
+    # clamp=10.0 (= verl's preset) from the golden vectors; 'partial': no abs, no bias-corrected form
+    'kl_loss_term': 'preset',
     'ppo_token_loss': 'preset',  # its own log_ratio_clamp=20.0 (golden vectors with |d| > 20)
     'gspo_token_loss': 'fail',  # an overflowing ratio with A = 0 gives NaN (golden gspo/overflowing-ratio-zero-advantage)
     'value_token_loss': 'pass',
@@ -44,6 +47,25 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     # "pass" (partial): statistic k1/k2/k3 and level seq_sum/seq_max/seq_all are not implemented; the ratio
     # at level token and seq_mean (the "seq" gate's geometric mean) matches exactly.
     'rollout_rejection_mask': 'pass',
+    # --- spec v1.1 ctrl.kl: a fresh AdaptiveKLController (trainer/ppo_utils/kl_controller.py:4-19), one update: canonical (its
+    # proportional error clipped at +-0.2, times n_steps/horizon) ---
+    'kl_controller_update': 'pass',
+    # --- spec v1.1 reward shaping: compute_advantages_and_returns with estimator "reinforce" (the returns are the
+    # shaped rewards): apply_length_penalties, then compute_reward's clip ---
+    # apply_overlong_penalty (length_penalty.py:16-58): eq. 13's floor, canonical for buffer >= 1; FAIL on the golden
+    # vector overlong_penalty/buffer-zero-step (once published): with buffer 0, exceed = min(L - max_new_tokens, 0) is
+    # never > 0 (:51-53), so nothing is penalised where eq. 13 (and TRL) give -factor beyond max_new_tokens
+    'overlong_penalty': 'fail',
+    # stop_properly_penalty_coef as truncated_scale (coef in [0, 1]) or truncated_value (coef < 0) and clip_range
+    # (both ends): canonical; 'partial': truncated_shift, positive replacement values and one-sided clips have no
+    # setting
+    'shaped_rewards': 'pass',
+    # --- spec v1.1 advantage estimators: compute_advantages_and_returns' "reinforce" (the token rewards through
+    # compute_reward's KL channel) and "reinforce_baseline": cumulative returns over every position (a masked gap
+    # discounts: gap='discount') and the biased whitening: preset openrlhf; 'partial' for reinforce (a batch
+    # without action tokens whitens to NaN)
+    'reinforce_pp_advantages': 'preset',
+    'reinforce_pp_baseline_advantages': 'preset',
 }
 
 EXTRA = {  # row id -> (status, matched preset)
@@ -64,18 +86,27 @@ EXTRA = {  # row id -> (status, matched preset)
     'openrlhf.ValueLoss[clip_eps=None]': ('pass', None),
     'openrlhf.compute_approx_kl[k1]': ('preset', 'openrlhf'),
     'openrlhf.compute_approx_kl[k1,loss batch]': ('pass', None),
-    'openrlhf.compute_approx_kl[k1,loss batch,unbiased_gradient]': ('variant', None),
+    # unbiased_gradient=True is spec v1.1 kl_loss_term(gradient='unbiased') (models/utils.py:115-128): canonical on the
+    # loss batch (no estimate beyond 10 for k1/k2), and its clamp at 10 = preset openrlhf (= verl's) where one is
+    'openrlhf.compute_approx_kl[k1,loss batch,unbiased_gradient]': ('pass', None),
+    'openrlhf.compute_approx_kl[k1,unbiased_gradient]': ('preset', 'verl, openrlhf'),
     'openrlhf.compute_approx_kl[k2]': ('preset', 'openrlhf'),
     'openrlhf.compute_approx_kl[k2,loss batch]': ('pass', None),
-    'openrlhf.compute_approx_kl[k2,loss batch,unbiased_gradient]': ('variant', None),
+    'openrlhf.compute_approx_kl[k2,loss batch,unbiased_gradient]': ('pass', None),
+    'openrlhf.compute_approx_kl[k2,unbiased_gradient]': ('preset', 'verl, openrlhf'),
     'openrlhf.compute_approx_kl[k3]': ('preset', 'openrlhf'),
     'openrlhf.compute_approx_kl[k3,loss batch]': ('preset', 'openrlhf'),
-    'openrlhf.compute_approx_kl[k3,loss batch,unbiased_gradient]': ('variant', None),
+    'openrlhf.compute_approx_kl[k3,loss batch,unbiased_gradient]': ('preset', 'openrlhf'),
+    'openrlhf.compute_approx_kl[k3,unbiased_gradient]': ('preset', 'verl, openrlhf'),
     'openrlhf.advantages[group_norm]': ('preset', 'openrlhf'),
     'openrlhf.advantages[dr_grpo]': ('pass', None),
     'openrlhf.advantages[rloo]': ('pass', None),
     'openrlhf.advantages[flash_reinforce]': ('pass', None),
-    'openrlhf.advantages[reinforce_baseline]': ('preset', 'openrlhf'),
+    'openrlhf.advantages[reinforce_baseline]': ('preset', 'openrlhf'),  # spec v1.1 adv.reinforce_pp_baseline, std_ddof=0
+    # spec v1.1: "reinforce" with the KL in the reward, the composition reinforce_pp_advantages(rlhf_token_rewards(...)):
+    # preset openrlhf (gap='discount', std_ddof=0); at gamma 0.9 row 3's masked tool token makes the gap rule decide
+    'openrlhf.advantages[reinforce,gamma=1,kl_coef=0.05]': ('preset', 'openrlhf'),
+    'openrlhf.advantages[reinforce,gamma=0.9,kl_coef=0.05]': ('preset', 'openrlhf'),
     'openrlhf.advantages[gae,gamma=1,lambd=1]': ('preset', 'openrlhf'),
     'openrlhf.advantages[gae,gamma=0.99,lambd=0.95]': ('fail', None),
     # --- the rollout-engine importance correction inside PolicyLoss (spec v1.1, models/loss.py:216-247) ---
@@ -105,6 +136,18 @@ EXTRA = {  # row id -> (status, matched preset)
 
 
 # the `adapter` and `extra` fixtures are in conftest.py
+
+
+@pytest.mark.frameworks
+def test_reinforce_returns_discount_over_a_masked_token(adapter):
+    """OpenRLHF's get_cumulative_returns multiplies the rewards by the action mask and runs over every
+    position (experience_maker.py:414-419): a masked token between two actions still costs a factor gamma.
+    r = [., 0, ., 1] on mask [0, 1, 0, 1], gamma 0.5: returns 0.25 (gap='discount'), not 0.5 (verl's skip)."""
+    m = np.array([[False, True, False, True], [False, True, True, False]])
+    r = np.array([[0.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]])
+    _, returns = adapter.reinforce_pp_advantages(r, m, gamma=0.5)
+    np.testing.assert_allclose(returns, oracle.reinforce_pp_advantages(r, m, gamma=0.5, gap="discount")[1], rtol=1e-6)
+    assert returns[0, 1] == pytest.approx(0.25)
 
 
 @pytest.mark.frameworks
@@ -254,6 +297,29 @@ def test_not_expressible_settings(adapter):
 
 
 @pytest.mark.frameworks
+def test_unbiased_gradient_is_kl_loss_term_unbiased(adapter):
+    """models/utils.py:113-128 with unbiased_gradient=True: the value is the estimate clamped to [-10, 10]; the
+    gradient is w·(logp - ref), w = min(exp(logp - old), KL_IS_WEIGHT_CLIP = 10) detached, with the raw log-ratio.
+    d = 12 (k1 = 12 -> 10): r = 3 gives 36, r = e^3 = 20.1 gives w = 10, 120; log_probs_old=None gives w = 1,
+    12 (the straight-through form). spec v1.1 kl_loss_term(gradient="unbiased", clamp=10.0)."""
+    m = np.array([[False, True, True]])
+    lp = np.array([[0.0, -1.0, -1.0]], dtype=np.float32)
+    ref = lp - np.float32(12.0)
+    old = lp - np.array([[0.0, np.log(3.0), 3.0]], dtype=np.float32)
+    u = np.ones_like(lp)
+    kw = {"estimator": "k1", "unbiased_gradient": True}
+    np.testing.assert_allclose(adapter.approx_kl(lp, ref, m, old_logp=old, **kw), [[0.0, 10.0, 10.0]])
+    np.testing.assert_allclose(adapter.approx_kl(lp, ref, m, old_logp=old, upstream=u, **kw), [[0.0, 36.0, 120.0]], rtol=1e-6)
+    np.testing.assert_allclose(adapter.approx_kl(lp, ref, m, upstream=u, **kw), [[0.0, 12.0, 12.0]])
+    spec = {"estimator": "k1", "gradient": "unbiased", **oracle.presets.preset_kwargs("openrlhf", "kl_loss_term")}
+    np.testing.assert_allclose(adapter.kl_loss_term_grad(lp, ref, m, old, u, estimator="k1", gradient="unbiased"),
+                               oracle.kl_loss_term_grad(lp, ref, m, old, u, **spec), rtol=1e-6)
+    with pytest.raises(NotImplementedError):  # no estimate-times-ratio form, no |d|
+        adapter.kl_loss_term(lp, ref, m, old, gradient="bias_corrected")
+    assert adapter.unsupported_kwargs["kl_loss_term"] == {"estimator": ("abs",), "gradient": ("bias_corrected",)}
+
+
+@pytest.mark.frameworks
 def test_finding_seq_filter_ratio_counts_empty_rows(adapter):
     """A metric, not the loss: at level "seq" is_filter_ratio = filtered.float().mean() over all B rows
     (loss.py:243-244), and a row without action tokens has a NaN mean (masked_mean divides 0 by 0,
@@ -266,3 +332,42 @@ def test_finding_seq_filter_ratio_counts_empty_rows(adapter):
     out = adapter.call("policy_loss", arrays, {"init": adapter.correction_init("seq", "mask", (0.5, 5.0))})["outputs"]
     assert out["is_filter_ratio"] == pytest.approx(0.5)
     assert adapter.rollout_rejection_mask(old, old, m, level="seq_mean", lo=0.5, hi=5.0)[0, 1:].all()
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1 reward shaping: apply_length_penalties and compute_reward's clip (the trainer's path)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.frameworks
+def test_overlong_penalty_is_eq13_with_the_floor(adapter):
+    """apply_overlong_penalty (length_penalty.py:41-56): exceed = min(L - (max - buf), buf): max 8, buffer 4,
+    factor 2: 0 up to 4, -0.5 per token after, -2 at 8 and beyond (the floor; verl's line would give -2.5 at 9)."""
+    got = adapter.overlong_penalty(np.array([0, 4, 5, 8, 9, 20]), max_length=8, buffer=4, factor=2.0)
+    np.testing.assert_array_equal(got, [0.0, 0.0, -0.5, -2.0, -2.0, -2.0])
+
+
+@pytest.mark.frameworks
+def test_finding_overlong_buffer_zero_never_penalises(adapter):
+    """--reward.overlong_buffer_len 0: exceed = min(L - max_new_tokens, 0) is never > 0 (length_penalty.py:51-53),
+    so no completion is penalised; DAPO eq. 13 with L_cache = 0 (and TRL's soft_punish_cache = 0) give -factor
+    beyond max_new_tokens."""
+    lengths = np.array([7, 8, 9, 100])
+    assert adapter.overlong_penalty(lengths, max_length=8, buffer=0).tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert oracle.overlong_penalty(lengths, max_length=8, buffer=0).tolist() == [0.0, 0.0, -1.0, -1.0]
+
+
+@pytest.mark.frameworks
+def test_stop_properly_penalty_and_clip(adapter):
+    """stop_properly_penalty_coef 0.5 halves a truncated sample's reward, -0.5 replaces it (length_penalty.py:97-103);
+    the clip to (-10, 10) comes after (models/utils.py:141-142), so a replacement below the range is clipped too."""
+    r = np.array([2.0, -30.0, 4.0, 30.0], dtype=np.float32)
+    t = np.array([True, True, False, False])
+    np.testing.assert_array_equal(adapter.shaped_rewards(r, t, truncated_scale=0.5), [1.0, -15.0, 4.0, 30.0])
+    np.testing.assert_array_equal(adapter.shaped_rewards(r, t, truncated_value=-0.5, clip_low=-10.0, clip_high=10.0),
+                                  [-0.5, -0.5, 4.0, 10.0])
+    np.testing.assert_array_equal(adapter.shaped_rewards(r, t, truncated_value=-15.0, clip_low=-10.0, clip_high=10.0),
+                                  [-10.0, -10.0, 4.0, 10.0])
+    for kw in ({"truncated_shift": -1.0}, {"truncated_value": 1.0}, {"truncated_scale": 2.0}, {"clip_high": 1.0}):
+        with pytest.raises(NotImplementedError):
+            adapter.shaped_rewards(r, t, **kw)

@@ -94,6 +94,27 @@ def test_grpo_advantages_row_is_preset_trl(adapter):
     assert row.matched_kwargs == {"eps": 1e-4}
 
 
+def test_gdpo_advantages_row_is_preset_trl(adapter):
+    """Spec v1.1 adv.gdpo: multi_objective_aggregation="normalize_then_sum" (grpo_trainer.py:2790-2800), one
+    reward function per column: per-reward group z-scores with nanstd + 1e-4, the weighted sum, the batch
+    z-score with + 1e-4: preset trl."""
+    row = check_row(BY_FUNCTION["gdpo_advantages"], adapter, seeds=seeds_for("gdpo_advantages", 0, N_SEEDS))
+    assert row.status == "preset", row.message
+    assert row.matched_preset == "trl" and row.matched_kwargs == {"eps": 1e-4}
+
+
+def test_gdpo_worked_example(adapter):
+    """Two rewards weighted [1, 2] in groups of 2: z = 0.5 / (sqrt(0.5) + 1e-4) per column, s = [-z, z, 3z, -3z],
+    then (s - mean) / (std + 1e-4) over the 4 sequences; the default sum_then_normalize gives GRPO of the sum."""
+    r = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    got = adapter.gdpo_advantages(torch.tensor(r), 2, reward_weights=[1.0, 2.0]).numpy()
+    z = 0.5 / (np.sqrt(0.5) + 1e-4)
+    s = np.array([-z, z, 3 * z, -3 * z])
+    np.testing.assert_allclose(got, (s - s.mean()) / (s.std(ddof=1) + 1e-4), rtol=2e-6, atol=1e-6)
+    grpo_of_sum = adapter.grpo_advantages(torch.tensor(r @ np.array([1.0, 2.0])), 2).numpy()
+    assert not np.allclose(got, grpo_of_sum, atol=1e-3)
+
+
 def _spec_advantages(rewards, G, scale):
     """The spec's value: std_ddof = 1 (Bessel), eps = 1e-4 added to the std (preset trl)."""
     return oracle.grpo_advantages(np.asarray(rewards, dtype=np.float64), G, scale=scale, std_ddof=1, eps=1e-4)
@@ -125,7 +146,7 @@ def test_group_size_must_divide(adapter):
 # GRPO loss rows (value and gradient, every loss_type)
 # ---------------------------------------------------------------------------------------------
 
-KL_PRESET = {"kl": "k3 * r_t (use_bias_correction_kl)"}
+KL_PRESET = {"gradient": "bias_corrected"}  # spec v1.1 kl_loss_term's preset trl (use_bias_correction_kl)
 KL_PRESET_SEQ = {"kl": "k3 * s_b (use_bias_correction_kl)"}
 CISPO = {"bound": "absolute"}
 EXPECTED = {  # row id -> (status, matched_kwargs)
@@ -151,6 +172,13 @@ EXPECTED = {  # row id -> (status, matched_kwargs)
     "trl.grpo_loss[dapo,delta=1.5,beta=0]": ("pass", None),
     "trl.grpo_loss[dapo,temperature=0.7,beta=0]": ("pass", None),
     "trl.grpo_loss[dapo,entropy_coef=0.01,beta=0]": ("pass", None),
+    # spec v1.1 entropy terms (grpo_trainer.py:3049-3052, :3143-3144, :3186-3211): the bonus is
+    # entropy_bonus(mode="token_mean") whatever loss_type (grpo reduces its policy term seq_mean_token_mean);
+    # entropy_top_mask multiplies the policy term (not the KL, still counted over the whole mask) and restricts
+    # the bonus to the kept tokens
+    "trl.grpo_loss[grpo,entropy_coef=0.01,beta=0]": ("pass", None),
+    "trl.grpo_loss[dapo,top_entropy_quantile=0.2,beta=0]": ("pass", None),
+    "trl.grpo_loss[dapo,entropy_coef=0.01,top_entropy_quantile=0.5,beta=0.04]": ("preset", KL_PRESET),
     "trl.grpo_loss[dapo,A=[B,T],beta=0]": ("pass", None),
     # loss_type="sapo" (grpo_trainer.py:3121-3124): aggregate(sapo_token_loss(tau_pos, tau_neg), mode=
     # "seq_mean_token_mean") with tau = GRPOConfig.sapo_temperature_pos/neg (1.0/1.05, canonical), reduced
@@ -645,3 +673,156 @@ def test_minimal_repro_rejected_tokens_count_in_the_denominator(adapter):
     run = adapter.grpo_loss(_tiny_batch(adapter, config, advantage=1.0, ratio=[[0.0, 1.0]]), **config)
     assert run["loss"] == pytest.approx(-0.5, rel=1e-5)
     np.testing.assert_allclose(run["grad_logp"][run["mask"]].numpy(), [0.0, -0.5], atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1 entropy terms and controllers: get_high_entropy_mask (core row and over simulated ranks),
+# the bonus's aggregation, the adaptive entropy controller of _compute_loss
+# ---------------------------------------------------------------------------------------------
+
+
+def test_entropy_top_mask_row_passes_with_partition(adapter):
+    """TRL's get_high_entropy_mask with the batch's pool gathered (SimulatedRanks): canonical, and the
+    parts of a batch (each given the pool) give the whole batch's mask: the quantile is global."""
+    record = BY_FUNCTION["entropy_top_mask"]
+    row = check_row(record, adapter, seeds=seeds_for("entropy_top_mask", 0, 8), golden=golden_cases(record))
+    assert row.status == "pass", row.message
+    assert row.checks.get("invariant:partition") == "pass" and row.checks.get("property") == "pass", row.checks
+
+
+def test_simulated_ranks_pad_and_gather_like_accelerate(adapter):
+    from conformance.adapters.trl_adapter import SimulatedRanks
+
+    ranks = SimulatedRanks([torch.tensor([5.0, 6.0, 7.0])], rank=1)
+    mine = ranks.pad_across_processes(torch.tensor([1.0]), dim=0, pad_index=-1e9)
+    assert mine.tolist() == [1.0, -1e9, -1e9]
+    assert ranks.gather(mine).tolist() == [5.0, 6.0, 7.0, 1.0, -1e9, -1e9]  # rank order: the other rank first
+
+
+def test_per_rank_quantile_is_told_apart():
+    """The multi-rank batches are built so that the ranks' own quantiles differ from the batch's: a
+    per-rank implementation cannot pass the trl.get_high_entropy_mask rows."""
+    for rho in trl_checks.ENTROPY_MASK_RHOS:
+        for s in seeds_for(f"trl.get_high_entropy_mask[ranks=3,rho={rho:g}]", 0, trl_checks.N_MASK_SEEDS):
+            H, m = trl_checks.entropy_mask_batch(s, rho)
+            whole = oracle.entropy_top_mask(H, m, rho=rho)
+            per_rank = np.concatenate([oracle.entropy_top_mask(H[a:b], m[a:b], rho=rho) for a, b in trl_checks.MASK_RANKS])
+            assert not np.array_equal(whole, per_rank), (rho, s)
+
+
+ENTROPY_ROWS = {  # trl_checks entropy rows -> status (trl 1.16.0)
+    # the all-gather makes the quantile the batch's: canonical on every rank
+    "trl.get_high_entropy_mask[ranks=3,rho=0.2]": "pass",
+    "trl.get_high_entropy_mask[ranks=3,rho=0.5]": "pass",
+    "trl.get_high_entropy_mask[ranks=3,rho=0.8]": "pass",
+    # finding: torch.quantile refuses more than 2**24 elements, so a batch with more valid tokens over all
+    # ranks raises (grpo_trainer.py:1413)
+    "trl.get_high_entropy_mask[pool>2^24]": "error",
+    # _compute_loss's adaptive entropy control (:3206-3240) = entropy_coef_update / entropy_coef_applied
+    "trl.adaptive_entropy[rises,applied]": "pass",
+    "trl.adaptive_entropy[falls,first step]": "pass",
+    "trl.adaptive_entropy[rises to coef_max,applied]": "pass",
+    "trl.adaptive_entropy[falls to coef_min,applied]": "pass",
+    "trl.adaptive_entropy[falls,not applied]": "pass",
+    "trl.adaptive_entropy[top_entropy_quantile=0.2]": "pass",
+}
+
+
+def _entropy_rows(adapter):
+    rows = [trl_checks.entropy_mask_row(adapter, rho, 0) for rho in trl_checks.ENTROPY_MASK_RHOS]
+    rows.append(trl_checks.entropy_mask_pool_limit_row(adapter))
+    rows += [trl_checks.adaptive_entropy_row(adapter, case, 0) for case in trl_checks.adaptive_entropy_cases()]
+    return {row.id: row for row in rows}
+
+
+def test_entropy_rows(adapter):
+    rows = _entropy_rows(adapter)
+    assert set(rows) == set(ENTROPY_ROWS)
+    for row_id, status in ENTROPY_ROWS.items():
+        assert rows[row_id].status == status, f"{row_id}: {rows[row_id].message}"
+    assert "quantile() input tensor is too large" in rows["trl.get_high_entropy_mask[pool>2^24]"].message
+    for row_id in ENTROPY_ROWS:
+        if row_id.startswith("trl.adaptive_entropy"):
+            assert set(rows[row_id].checks) == {"measured entropy", "entropy_coef after the step", "entropy_coef applied"}
+
+
+def test_adaptive_rows_tell_the_gate_and_the_clamps_apart(adapter):
+    """Each adaptive row fails against the mutants of the controller: a gate that always applies, an update
+    without its clamps (the case that reaches a bound)."""
+    import conformance.mutants.entropy_coef_applied_above_target as gate
+
+    by_label = {c.label: c for c in trl_checks.adaptive_entropy_cases()}
+    original = oracle.entropy_coef_applied
+    try:
+        oracle.entropy_coef_applied = gate.entropy_coef_applied
+        assert trl_checks.adaptive_entropy_row(adapter, by_label["falls,first step"], 0).status == "fail"
+    finally:
+        oracle.entropy_coef_applied = original
+    original_update = oracle.entropy_coef_update
+
+    def unclamped(coef, H, *, target=0.2, delta=0.005, coef_min=0.0, coef_max=1.0):
+        return coef + delta if H <= target else coef - delta
+
+    try:
+        oracle.entropy_coef_update = unclamped
+        assert trl_checks.adaptive_entropy_row(adapter, by_label["rises to coef_max,applied"], 0).status == "fail"
+        assert trl_checks.adaptive_entropy_row(adapter, by_label["falls to coef_min,applied"], 0).status == "fail"
+    finally:
+        oracle.entropy_coef_update = original_update
+
+
+def test_entropy_bonus_is_a_token_mean_whatever_loss_type(adapter, monkeypatch):
+    """grpo reduces its policy term seq_mean_token_mean; the bonus aggregated that way too would not match
+    TRL's gradient w.r.t. the entropies (the batch's rows hold 5, 2, 1 and 3 loss tokens)."""
+    cfg = CONFIGS["trl.grpo_loss[grpo,entropy_coef=0.01,beta=0]"]
+    run = trl_checks.run_loss_config(adapter, cfg, seed=0)
+    comp = trl_checks.compositions(run, on_policy=False)[0]
+    assert trl_checks.compare_run(run, comp)[0].ok
+    real_bonus, real_grad = oracle.entropy_bonus, oracle.entropy_bonus_grad
+    monkeypatch.setattr(oracle, "entropy_bonus", lambda H, m, **kw: real_bonus(H, m, **{**kw, "mode": "seq_mean_token_mean"}))
+    monkeypatch.setattr(oracle, "entropy_bonus_grad",
+                        lambda H, m, u, **kw: real_grad(H, m, u, **{**kw, "mode": "seq_mean_token_mean"}))
+    result, _ = trl_checks.compare_run(run, comp)
+    assert not result.ok and result.checks["grad[entropy]"] == "fail"
+
+
+def test_top_entropy_mask_multiplies_the_policy_term(adapter):
+    """Without the keep mask the composition does not match TRL's top_entropy_quantile=0.2 run (the mask
+    drops 80% of the policy tokens; they still count in num_items_in_batch)."""
+    run = trl_checks.run_loss_config(adapter, CONFIGS["trl.grpo_loss[dapo,top_entropy_quantile=0.2,beta=0]"], seed=0)
+    comp = trl_checks.compositions(run, on_policy=False)[0]
+    assert trl_checks.compare_run(run, comp)[0].ok
+    H, keep = trl_checks.entropy_terms(run)
+    assert 0 < keep.sum() < run["mask"].sum()
+    unmasked = dict(run, top_entropy_quantile=1.0)
+    assert not trl_checks.compare_run(unmasked, trl_checks.compositions(unmasked, on_policy=False)[0])[0].ok
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1 reward.overlong: trl.rewards.get_soft_overlong_punishment (a reward function)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_soft_overlong_docstring_example(adapter):
+    """other_rewards.py:107-110: max_completion_len 100, soft_punish_cache 20, 90 tokens -> -0.5; DAPO eq. 13
+    by hand around both boundaries (80: 0, 81: -1/20, 100: -1, 101: -1)."""
+    ids = [[1] * n for n in (90, 80, 81, 100, 101, 0)]
+    assert adapter.soft_overlong_punishment(ids, 100, 20) == [-0.5, 0.0, -0.05, -1.0, -1.0, 0.0]
+    # soft_punish_cache 0: the hard step at max_completion_len
+    assert adapter.soft_overlong_punishment([[1] * 8, [1] * 9], 8, 0) == [0.0, -1.0]
+
+
+def test_soft_overlong_row_is_the_floor_form(adapter):
+    row = trl_checks.soft_overlong_row(adapter)
+    assert row.status == "pass", row.message
+    assert row.spec_id == "reward.overlong" and "beyond='linear' does not" in row.message
+
+
+def test_overlong_penalty_core_row(adapter):
+    """Canonical (the floor beyond max_completion_len) wherever factor = 1; TRL has no factor, so the other
+    cases are "not implemented", named."""
+    record = BY_FUNCTION["overlong_penalty"]
+    row = check_row(record, adapter, seeds=seeds_for("overlong_penalty", 0, 12), golden=golden_cases(record))
+    assert row.status == "pass" and row.matched_kwargs is None, row.message
+    assert row.not_implemented_cases and all("has no factor" in c for c in row.not_implemented_cases)
+    assert not row.precision_findings

@@ -68,15 +68,36 @@ def test_protocol_round_trip_is_exact_and_pickle_free():
 CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (golden vectors included)
     'token_logprobs': 'pass',
     'token_entropy': 'pass',
-    'rloo_advantages': 'fail',
+    # the loop rloo (core_algos.py:587-636): a one-sample group keeps its score, singleton='raw' (spec v1.1):
+    # preset verl, decided by the golden vectors rloo_advantages/group-size-1 and preset-verl
+    'rloo_advantages': 'preset',
     'gae': 'error',
     'whiten': 'error',
     'kl_penalty': 'preset',  # verl clamps only k3: preset verl for estimator='k3', canonical otherwise
+    # spec v1.1 kl.loss: estimator and "+" suffix per case, verl's k3 clamp as preset verl (= openrlhf; golden
+    # vector kl_loss_term/preset-verl); also 'partial': the unbiased and bias-corrected forms have no verl name
+    'kl_loss_term': 'preset',
     'ppo_token_loss': 'preset',
     'gspo_token_loss': 'variant',  # form='token_sg' (no preset of another name uses it)
     'cispo_token_loss': 'pass',
     'value_token_loss': 'pass',
     'aggregate': 'fail',
+    # --- spec v1.1 advantage estimators (core_algos.py's registry, as ray_trainer.compute_advantage calls them) ---
+    # reinforce_plus_plus: the return carries over masked positions (gap='skip'): canonical; 'partial' (a batch
+    # with at most one valid token: masked_whiten raises) and a float64 precision finding (masked_mean's + 1e-8)
+    'reinforce_pp_advantages': 'pass',
+    # reinforce_plus_plus_baseline: a one-sample group has mean 0 (:572-573): preset verl (singleton='raw')
+    'reinforce_pp_baseline_advantages': 'preset',
+    # remax with the greedy reward repeated per sample (interleave=True): canonical
+    'remax_advantages': 'pass',
+    # opo: one-sample group baseline 0 (:678-679): preset verl; 'partial' (a row without response tokens
+    # shows no advantage)
+    'opo_advantages': 'preset',
+    # grpo_passk: topk(2), unbiased std + 1e-6, norm_adv_by_std_in_grpo from the AlgoConfig: canonical
+    'grpo_passk_advantages': 'pass',
+    # gpg: alpha = B / count_nonzero, mean 0 for a one-sample group (:817-818): preset verl; a float64
+    # precision finding (alpha is a float32 tensor)
+    'gpg_advantages': 'preset',
     # --- spec v1.1 (rollout_corr_helper.py); every row is also 'partial': the keyword values verl has no
     # setting for are "not implemented" cases (verl_adapter.py's module docstring lists them) ---
     # verl clamps every log-ratio (and the sequence sum) to +-SAFETY_BOUND = 20 before exp
@@ -105,6 +126,22 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     'dppo_token_loss': 'pass',
     # compute_policy_loss_dro with beta -> policy_loss.dro_beta: canonical
     'dro_token_loss': 'pass',
+    # --- spec v1.1 ctrl.kl: a fresh AdaptiveKLController (core_algos.py:153-174), one update: canonical (its
+    # proportional error clipped at +-0.2, times n_steps/horizon) ---
+    'kl_controller_update': 'pass',
+    # --- spec v1.1: covariance-selected tokens ---
+    # compute_policy_loss_clip_cov's corr with torch.randperm made the order of the draws (verl_ops.py):
+    # canonical, exact (a bool mask) in float64 and float32
+    'clip_cov_mask': 'pass',
+    # compute_policy_loss_kl_cov's per-token matrix: canonical on every property case; FAIL on the golden
+    # vector kl_cov_token_loss/zero-advantage-overflowing-ratio (once published): -A*ratio with A = 0 and
+    # ratio = e^800 = inf is NaN in verl (0*inf, no log-ratio clamp, :1893), 0 in the spec
+    'kl_cov_token_loss': 'fail',
+    # --- spec v1.1 reward.overlong: DAPORewardManager (workers/reward_manager/dapo.py:121-127) with a score of 0 ---
+    # min(-(L - L_start)/len * factor, 0), no floor beyond max_resp_len: preset verl (beyond='linear', = areal,
+    # ms_swift); also 'partial' (buffer 0: verl asserts len > 0, :52-56) and a float64 precision finding (float32
+    # class: an int64 length tensor divided by an int, :124-126)
+    'overlong_penalty': 'preset',
 }
 
 EXTRA = {  # row id -> (status, matched preset)
@@ -190,24 +227,55 @@ EXTRA = {  # row id -> (status, matched preset)
     'verl.policy_loss[dppo_kl,token-mean,clip_ratio_low=0.05,clip_ratio_high=0.5,clip_ratio_c=20.0]': ('pass', None),
     'verl.policy_loss[dppo_tv,token-mean,A=[B,T]]': ('preset', 'verl'),
     'verl.policy_loss[dro,token-mean,dro_beta=1.0,A=[B,T]]': ('pass', None),
-    # registered losses with no spec quantity yet: "not implemented", the message names what is missing
-    'verl.policy_loss[clip_cov]': ('not_implemented', None),
-    'verl.policy_loss[kl_cov]': ('not_implemented', None),
+    # covariance-selected tokens (verl_checks.covariance_rows): clip_cov = aggregate(ppo_token_loss(dual_clip=None)
+    # * clip_cov_mask(draws)) with verl's torch.randperm made the order of the draws, kl_cov =
+    # aggregate(kl_cov_token_loss); PolicyLossConfig defaults (n = 1 of 22 tokens) and other settings: canonical
+    'verl.policy_loss[clip_cov,token-mean]': ('pass', None),
+    'verl.policy_loss[clip_cov,seq-mean-token-mean]': ('pass', None),
+    'verl.policy_loss[clip_cov,seq-mean-token-sum]': ('pass', None),
+    'verl.policy_loss[clip_cov,seq-mean-token-sum-norm]': ('pass', None),
+    'verl.policy_loss[clip_cov,token-sum]': ('pass', None),
+    'verl.policy_loss[kl_cov,token-mean]': ('pass', None),
+    'verl.policy_loss[kl_cov,seq-mean-token-mean]': ('pass', None),
+    'verl.policy_loss[kl_cov,seq-mean-token-sum]': ('pass', None),
+    'verl.policy_loss[kl_cov,seq-mean-token-sum-norm]': ('pass', None),
+    'verl.policy_loss[kl_cov,token-sum]': ('pass', None),
+    'verl.policy_loss[clip_cov,token-mean,clip_cov_ratio=0.2,clip_cov_lb=0.2,clip_cov_ub=3.0]': ('pass', None),
+    'verl.policy_loss[clip_cov,seq-mean-token-mean,clip_cov_ratio=0.2,clip_cov_lb=0.2,clip_cov_ub=3.0,A=[B,T]]': ('pass', None),
+    'verl.policy_loss[kl_cov,token-mean,kl_cov_ratio=0.2,ppo_kl_coef=1.0]': ('pass', None),  # SkyRL's values
+    'verl.policy_loss[kl_cov,seq-mean-token-mean,kl_cov_ratio=0.5,ppo_kl_coef=0.1,A=[B,T]]': ('pass', None),
     'verl.kl_penalty[kl]': ('pass', None),
     'verl.kl_penalty[k1]': ('pass', None),
     'verl.kl_penalty[mse]': ('pass', None),
     'verl.kl_penalty[k2]': ('pass', None),
     'verl.kl_penalty[low_var_kl]': ('preset', 'verl'),
     'verl.kl_penalty[k3]': ('preset', 'verl'),
-    'verl.kl_penalty[k3+]': ('variant', None),
-    'verl.kl_penalty[low_var_kl+]': ('variant', None),
-    'verl.kl_penalty[k1+]': ('variant', None),
-    'verl.kl_penalty[abs]': ('not_implemented', None),
+    # spec v1.1 kl_loss_term (kl.loss): "abs" is estimator='abs', the "+" suffix gradient='straight_through'
+    # (the estimator's value, the gradient of the unclamped ½d², core_algos.py:2200-2213): canonical, with
+    # verl's k3 clamp on the value as preset verl (= OpenRLHF's clamp=10.0; decided by the golden vectors
+    # kl_loss_term/preset-verl and preset-openrlhf)
+    'verl.kl_penalty[abs]': ('pass', None),
+    'verl.kl_penalty[abs+]': ('pass', None),
+    'verl.kl_penalty[k1+]': ('pass', None),
+    'verl.kl_penalty[k2+]': ('pass', None),
+    'verl.kl_penalty[k3+]': ('preset', 'verl, openrlhf'),
+    'verl.kl_penalty[low_var_kl+]': ('preset', 'verl, openrlhf'),
     'verl.grpo_advantages[norm_adv_by_std_in_grpo=True]': ('preset', 'verl'),  # + precision: epsilon added in float32
     'verl.grpo_advantages[norm_adv_by_std_in_grpo=False]': ('preset', 'verl'),
     'verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=True]': ('preset', 'verl'),
     'verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=False]': ('preset', 'verl'),
     'verl.rloo_vectorized_advantages': ('pass', None),
+    # spec v1.1: reinforce_plus_plus on the loss batch (garbage at masked positions, a masked tool token in
+    # row 3): canonical at gamma 1 and 0.9 (the running return skips the tool token)
+    'verl.reinforce_plus_plus[gamma=1,loss batch]': ('pass', None),
+    'verl.reinforce_plus_plus[gamma=0.9,loss batch]': ('pass', None),
+    # gdpo: per-key GRPO, weighted sum, masked_whiten over the response tokens (:466): the composition
+    # whiten(gdpo_advantages(batch_normalize=False, singleton='raw')) (preset verl), not canonical GDPO
+    'verl.gdpo_advantages[K=2]': ('preset', 'verl'),
+    'verl.gdpo_advantages[K=3,gdpo_reward_weights=[1.0, 0.5, 2.0]]': ('preset', 'verl'),
+    # registered estimators without a spec quantity (they need sum_v pi_v^2 per token)
+    'verl.optimal_token_baseline': ('not_implemented', None),
+    'verl.tir_optimal_token_baseline': ('not_implemented', None),
     'verl.compute_gae_advantage_return': ('pass', None),
     # k1 rejection thresholds read as verl documents them (ratio bounds on pi_old/pi_rollout): IcePop's
     # asymmetric "0.5_5.0" FAILs at every k1 level (verl bounds pi_rollout/pi_old: the keep decisions
@@ -274,6 +342,58 @@ def test_finding_singleton_groups(adapter):
 
 
 @pytest.mark.frameworks
+def test_every_registered_advantage_estimator_has_a_row(adapter, extra):
+    """Every name in the installed verl's ADV_ESTIMATOR_REGISTRY is checked somewhere (a core row or a
+    framework row) or has a "not implemented" row that names the missing spec quantity."""
+    from conformance.frameworks import verl_checks as vc
+
+    registered = set(adapter.advantage_estimators())
+    assert {"reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "grpo_passk", "gpg", "gdpo"} <= registered
+    assert registered <= set(vc.ESTIMATORS) | set(vc.NO_SPEC_ESTIMATOR)
+    for name in vc.NO_SPEC_ESTIMATOR:
+        assert extra[f"verl.{name}"].status == "not_implemented"
+        assert "no spec quantity" in extra[f"verl.{name}"].message
+
+
+@pytest.mark.frameworks
+def test_reinforce_plus_plus_carries_the_return_over_a_tool_token(adapter):
+    """verl#6376 (bug-catalogue class 11): r = [0, 0, 1] on mask [1, 0, 1], gamma 0.5; verl 0.9.1's running
+    return skips the masked token (core_algos.py:720-726): 0.5 at the first token, as gap='skip', not 0
+    (SkyRL's reset) or 0.25 (OpenRLHF's positional discount)."""
+    m = np.array([[False, True, False, True], [False, True, True, False]])
+    r = np.array([[0.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]])
+    _, returns = adapter.reinforce_pp_advantages(r, m, gamma=0.5)
+    np.testing.assert_allclose(returns[0], [0.0, 0.5, 0.0, 1.0], rtol=1e-12)
+
+
+@pytest.mark.frameworks
+def test_finding_reinforce_plus_plus_reads_masked_rewards(adapter):
+    """reinforce_plus_plus adds every position's reward before multiplying by the mask (core_algos.py:721,
+    :725-726): a NaN reward at a masked (tool) position becomes NaN * 0 = NaN in the running return, the
+    row's earlier returns, and, through masked_whiten, every advantage of the batch. The spec never reads
+    masked positions (the adapter sends 0 there, so the core row is unaffected)."""
+    m = np.array([[0.0, 1.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]])
+    r = np.array([[0.0, 1.0, np.nan, 1.0], [0.0, 1.0, 1.0, 0.0]])
+    out = adapter.call("advantage", {"token_level_rewards": r, "response_mask": m},
+                       {"name": "reinforce_plus_plus", "algo": {"gamma": 1.0}})["outputs"]
+    assert np.isnan(out["returns"][0, 1]) and out["returns"][0, 3] == 1.0
+    assert np.isnan(out["advantages"]).all()
+
+
+@pytest.mark.frameworks
+def test_finding_opo_group_without_tokens_is_nan(adapter):
+    """opo divides sum(len * score) by sum(len) (core_algos.py:683): a group whose rows have no response token
+    gets 0/0 = NaN at every position (NaN * 0 stays NaN); the spec gives 0 (adapter: not implemented)."""
+    m = np.array([[0.0, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
+    arrays = {"token_level_rewards": np.array([[1.0, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0]]), "response_mask": m,
+              "index": np.array([0, 0, 1, 1])}
+    out = adapter.call("advantage", arrays, {"name": "opo"})["outputs"]["advantages"]
+    assert np.isnan(out[:2]).all() and np.isfinite(out[2:]).all()
+    with pytest.raises(NotImplementedError, match="without response tokens"):
+        adapter.opo_advantages(np.array([1.0, 0.0, 1.0, 0.0]), 2, m.astype(bool))
+
+
+@pytest.mark.frameworks
 def test_finding_masked_whiten_refuses_one_token(adapter):
     """masked_whiten (and so compute_gae_advantage_return) raises on a mask with 0 or 1 valid tokens
     (torch_functional.py:311-326); the spec returns 0 / the token's own value."""
@@ -308,6 +428,27 @@ def test_finding_gspo_aggregation_default(adapter):
     losses = {mode: float(adapter.call("policy_loss", arrays, {"name": "gspo", "loss_agg_mode": mode})["outputs"]["loss"])
               for mode in ("token-mean", "seq-mean-token-mean")}
     assert abs(losses["token-mean"] - losses["seq-mean-token-mean"]) > 1e-3
+
+
+@pytest.mark.frameworks
+def test_plus_suffix_is_straight_through_on_the_raw_log_ratio(adapter):
+    """core_algos.py:2200-2213: "k3+" keeps k3's clamped value (d = -3: e^3 - 4 = 16.1 -> 10; d = 25: ref - logp
+    clamped to -20, e^-20 + 19 -> 10) and back-propagates the d of 0.5 * (logprob - ref_logprob)^2, unclamped:
+    -3 and 25 (the clamps act on the value only). "abs" at d = 0 has gradient 0 (torch.abs), the spec's
+    sgn(0) = 0. Both are kl_loss_term with preset verl's keyword (its ±20 log-ratio clamp is subsumed)."""
+    m = np.array([[False, True, True, True]])
+    lp = np.array([[0.0, -3.5, -0.5, -1.0]])
+    ref = lp - np.array([[0.0, -3.0, 25.0, 0.0]])
+    u = np.ones_like(lp)
+    np.testing.assert_allclose(adapter.verl_kl_penalty(lp, ref, m, "k3+"), [[0.0, 10.0, 10.0, 0.0]], rtol=1e-12)
+    np.testing.assert_allclose(adapter.verl_kl_penalty(lp, ref, m, "k3+", u), [[0.0, -3.0, 25.0, 0.0]], rtol=1e-12)
+    assert adapter.verl_kl_penalty(lp, ref, m, "abs", u).tolist() == [[0.0, -1.0, 1.0, 0.0]]
+    kw = {**oracle.presets.preset_kwargs("verl", "kl_loss_term"), "gradient": "straight_through"}
+    np.testing.assert_allclose(adapter.kl_loss_term(lp, ref, m, gradient="straight_through"), oracle.kl_loss_term(lp, ref, m, **kw))
+    np.testing.assert_allclose(adapter.kl_loss_term_grad(lp, ref, m, None, u, gradient="straight_through"),
+                               oracle.kl_loss_term_grad(lp, ref, m, None, u, **kw))
+    with pytest.raises(NotImplementedError):  # no importance ratio enters verl's KL
+        adapter.kl_loss_term(lp, ref, m, lp, gradient="bias_corrected")
 
 
 @pytest.mark.frameworks
@@ -622,11 +763,80 @@ def test_inexpressible_loss_keywords_are_not_implemented(adapter, function, kwar
                                   getattr(adapter, function)(lp, old, A, m, **ok, log_ratio_clamp=20.0))
 
 
+def _clip_cov_call(adapter, b, draws, policy_loss=None):
+    """verl's clip_cov on the float32 batch ``b`` with its torch.randperm decided by ``draws``: (keep, per-token loss)."""
+    from conformance.frameworks import verl_checks as vc
+
+    arrays = {**vc._policy_arrays(b), "clip_cov_draws": draws.astype(np.float32)}
+    params = {"name": "clip_cov", "loss_agg_mode": "token-mean", "config": {}}
+    if policy_loss:
+        params["policy_loss"] = policy_loss
+    out = adapter.call("policy_loss", arrays, params)["outputs"]
+    return (np.asarray(out["clip_cov_keep"]) > 0.5) & b["mask"], np.where(b["mask"], out["per_token"], 0.0)
+
+
 @pytest.mark.frameworks
-def test_registered_losses_without_a_spec_quantity_say_what_is_missing(extra):
-    for name, words in (("clip_cov", "covariance-selected (random) token mask"), ("kl_cov", "covariance-ranked token selection")):
-        row = extra[f"verl.policy_loss[{name}]"]
-        assert row.status == "not_implemented" and "Missing spec quantity" in row.message and words in row.message, row.message
+@pytest.mark.parametrize("policy_loss, asked", [({}, {}), ({"clip_cov_ratio": 0.2, "clip_cov_lb": 0.2, "clip_cov_ub": 3.0},
+                                                           {"fraction": 0.2, "cov_low": 0.2, "cov_high": 3.0})])
+def test_clip_cov_is_ppo_times_the_mask_and_the_draws_decide(adapter, policy_loss, asked):
+    """verl's Clip-Cov loss matrix is ppo_token_loss(dual_clip=None) * clip_cov_mask, the mask verl's
+    corr; reversed draws cut other tokens in both (so the adapter's randperm really follows the draws,
+    and the cut tokens carry a PPO loss that the mask removes)."""
+    from conformance.frameworks import verl_checks as vc
+
+    b = vc._covariance_batch(0, "clip_cov_mask", asked, False)
+    m, A = b["mask"], vc.broadcast_advantages(b)
+    cuts = []
+    for draws in (b["draws"], 1.0 - b["draws"]):
+        keep, per_token = _clip_cov_call(adapter, b, draws, policy_loss)
+        expected = oracle.clip_cov_mask(b["logp"], b["old_logp"], A, m, draws, **asked)
+        assert np.array_equal(keep, expected)
+        ppo = oracle.ppo_token_loss(b["logp"], b["old_logp"], A, m)
+        np.testing.assert_allclose(per_token, ppo * expected, rtol=1e-5, atol=1e-6)
+        assert np.all(ppo[m & ~keep] != 0)  # the cut tokens had a loss
+        cuts.append(m & ~keep)
+    assert cuts[0].any() and not np.array_equal(cuts[0], cuts[1])
+
+
+@pytest.mark.frameworks
+def test_kl_cov_penalises_the_largest_covariances_not_the_largest_log_ratios(adapter):
+    """On the kl_cov row's batch with SkyRL's fraction 0.2 (n = 4 of 22), the tokens of largest covariance
+    are not those of largest |log-ratio| (the mutant kl_cov_selects_by_abs_logratio), and verl's matrix is
+    kl_cov_token_loss's: the row tells the two apart."""
+    import torch
+
+    from conformance.frameworks import verl_checks as vc
+    from conformance.mutants import by_name
+
+    kw = {"fraction": 0.2, "coef": 1.0}
+    b = vc._covariance_batch(0, "kl_cov_token_loss", kw, False)
+    m = b["mask"]
+    got = adapter.kl_cov_token_loss(b["logp"].astype(np.float32), b["old_logp"].astype(np.float32), b["advantages"].astype(np.float32), m, **kw)
+    np.testing.assert_allclose(got, oracle.kl_cov_token_loss(b["logp"], b["old_logp"], b["advantages"], m, **kw), rtol=1e-5, atol=1e-6)
+    mutant = by_name("kl_cov_selects_by_abs_logratio").replace["kl_cov_token_loss"]
+    wrong = mutant(*(torch.tensor(b[k]) for k in ("logp", "old_logp", "advantages")), torch.tensor(m), **kw).numpy()
+    assert not np.allclose(got, wrong, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.frameworks
+def test_finding_clip_cov_and_kl_cov_nan_at_zero_advantage_with_an_overflowing_ratio(adapter):
+    """verl 0.9.1's clip_cov and kl_cov compute -A * exp(logp - old_logp) with no log-ratio clamp
+    (core_algos.py:1800-1801, :1892-1893): a valid token with A = 0 and a log-ratio of 100 (e^100 = inf in
+    float32) gives 0 * inf = NaN, and the NaN reaches the loss and every gradient (torch.maximum keeps it in
+    Clip-Cov, :1832). In the spec the ratio term there is 0 (0 * inf := 0): finite values (the token, selected
+    by KL-Cov, carries only coef * |d| = 10); vanilla PPO, which clamps at +-20, gives 0."""
+    f32 = np.float32
+    lp, old = np.array([[-1.0, -2.0, -1.5]], f32), np.array([[-1.0, -102.0, -1.2]], f32)
+    A, m = np.array([[0.0, 0.0, -1.0]], f32), np.array([[0.0, 1.0, 1.0]], f32)
+    for name in ("clip_cov", "kl_cov", "vanilla"):
+        arrays = {"log_prob": lp, "old_log_prob": old, "advantages": A, "response_mask": m}
+        if name == "clip_cov":
+            arrays["clip_cov_draws"] = np.zeros_like(lp)
+        r = adapter.call("policy_loss", arrays, {"name": name, "loss_agg_mode": "token-mean", "config": {}},
+                         wrt=["log_prob"], upstream={"loss": 1.0})
+        assert np.isnan(float(r["outputs"]["loss"])) == (name != "vanilla"), name
+    spec = oracle.kl_cov_token_loss(lp.astype(float), old.astype(float), A.astype(float), m > 0)
+    assert np.isfinite(spec).all() and spec[0, 1] == 0.1 * 100.0
 
 
 @pytest.mark.frameworks
@@ -641,3 +851,23 @@ def test_finding_gmpo_row_sum_epsilon_is_a_precision_finding(adapter):
     row = check_row(record, adapter, seeds=seeds_for("gmpo_token_loss", 0, 8), golden=golden_cases(record))
     assert row.status == "pass", row.message
     assert [(f["dtype"], f["meets"]) for f in row.precision_findings] == [("float64", "float32")], row.precision_findings
+
+
+# ---------------------------------------------------------------------------------------------
+# Spec v1.1 reward.overlong: DAPORewardManager (workers/reward_manager/dapo.py)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.frameworks
+def test_finding_dapo_overlong_has_no_floor(adapter):
+    """min(-(L - (max_resp_len - len))/len * penalty_factor, 0) (dapo.py:121-127): max 8, len 4, factor 1: -1 at 8,
+    then -1.25, -1.5, ... beyond (DAPO eq. 13, TRL and OpenRLHF stay at -1); float32 (an int64 length tensor / int)."""
+    lengths = np.array([0, 4, 5, 8, 9, 12, 20])
+    got = adapter.overlong_penalty(lengths, max_length=8, buffer=4)
+    np.testing.assert_array_equal(got, [0.0, 0.0, -0.25, -1.0, -1.25, -2.0, -4.0])
+    np.testing.assert_array_equal(got, oracle.overlong_penalty(lengths, max_length=8, buffer=4, beyond="linear"))
+    assert oracle.overlong_penalty(lengths, max_length=8, buffer=4)[-1] == -1.0
+    third = adapter.overlong_penalty(np.array([6]), max_length=8, buffer=3)[0]  # -1/3, rounded to float32
+    assert third == np.float32(-1.0 / 3.0) and third != -1.0 / 3.0
+    with pytest.raises(NotImplementedError, match="len > 0"):
+        adapter.overlong_penalty(lengths, max_length=8, buffer=0)

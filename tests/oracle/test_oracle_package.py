@@ -17,7 +17,7 @@ API = {
     "token_logprobs_from_hidden": (["hidden", "weight", "input_ids", "mask"], {"temperature": 1.0}),
     "token_entropy_from_hidden": (["hidden", "weight", "mask"], {"temperature": 1.0}),
     "reinforce_advantages": (["rewards"], {"baseline": "none"}),
-    "rloo_advantages": (["rewards", "group_size"], {}),
+    "rloo_advantages": (["rewards", "group_size"], {"singleton": "zero"}),
     "grpo_advantages": (["rewards", "group_size"], {"scale": "group", "std_ddof": 1, "eps": 1e-6, "singleton": "zero"}),
     "rlhf_token_rewards": (["scores", "logp", "ref_logp", "mask"], {"kl_coef": inspect.Parameter.empty,
                                                                     "estimator": "k1"}),
@@ -30,10 +30,21 @@ API = {
     "gspo_token_loss": (["logp", "old_logp", "advantages", "mask"], {"eps_low": 3e-4, "eps_high": 4e-4,
                                                                      "form": "sequence"}),
     "cispo_token_loss": (["logp", "old_logp", "advantages", "mask"], {"eps_low": None, "eps_high": 0.28,
-                                                                      "bound": "relative"}),
+                                                                      "bound": "relative", "surrogate": "logp"}),
     "value_token_loss": (["values", "old_values", "returns", "mask"], {"clip": None}),
     "aggregate": (["token_loss", "mask"], {"mode": inspect.Parameter.empty, "norm_length": None,
                                            "num_tokens": None, "num_seqs": None}),
+    # spec v1.1: advantage estimators
+    "reinforce_pp_advantages": (["token_rewards", "mask"], {"gamma": 1.0, "gap": "skip", "std_ddof": 1, "eps": 1e-8}),
+    "reinforce_pp_baseline_advantages": (["rewards", "group_size", "mask"],
+                                         {"level": "token", "std_ddof": 1, "eps": 1e-8, "singleton": "zero"}),
+    "remax_advantages": (["rewards", "greedy_rewards", "group_size"], {}),
+    "opo_advantages": (["rewards", "group_size", "mask"], {"singleton": "zero"}),
+    "grpo_passk_advantages": (["rewards", "group_size"], {"scale": "group", "std_ddof": 1, "eps": 1e-6}),
+    "gdpo_advantages": (["rewards", "group_size"], {"reward_weights": None, "std_ddof": 1, "eps": 1e-6,
+                                                    "batch_normalize": True, "singleton": "zero"}),
+    "maxrl_advantages": (["rewards", "group_size"], {"eps": 1e-6, "singleton": "zero"}),
+    "gpg_advantages": (["rewards", "group_size"], {"singleton": "zero"}),
 }
 WITH_GRAD = ["token_logprobs", "token_entropy", "token_logprobs_from_hidden", "token_entropy_from_hidden",
              "kl_penalty", "pg_token_loss", "ppo_token_loss", "gspo_token_loss", "cispo_token_loss",
@@ -70,7 +81,8 @@ def test_every_public_function_has_a_spec_docstring():
 
 
 def test_presets_exported():
-    assert set(oracle.PRESETS) == {"trl", "verl", "openrlhf", "open_instruct", "rlhf_book", "areal"}
+    assert set(oracle.PRESETS) == {"trl", "verl", "openrlhf", "open_instruct", "rlhf_book", "areal", "skyrl",
+                                   "torchrl", "ms_swift", "oat"}
 
 
 def test_oracle_imports_numpy_only():

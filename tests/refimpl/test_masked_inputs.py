@@ -84,6 +84,11 @@ def cases(dtype: torch.dtype) -> dict[str, Case]:
                                    {"kl_coef": 0.1, "estimator": "k3"}, per_token, ()),
         "gae": Case(refimpl.gae, {"token_rewards": token(dtype, 4), "values": token(dtype, 5), "mask": MASK},
                     {"gamma": 0.99, "lam": 0.95}, {"token_rewards": MASKED, "values": MASKED}, ()),
+        # spec v1.1 adv.reinforce_pp: row 2's tool gap is where the three rules differ
+        **{f"reinforce_pp_advantages-{gap}": Case(
+            refimpl.reinforce_pp_advantages, {"token_rewards": token(dtype, 15), "mask": MASK},
+            {"gamma": 0.9, "gap": gap, "std_ddof": 0}, {"token_rewards": MASKED}, ())
+           for gap in ("skip", "reset", "discount")},
         "whiten": Case(refimpl.whiten, {"x": token(dtype, 6, 2.0, 5.0), "mask": MASK}, {"shift_mean": False},
                        {"x": MASKED}, ()),
         "pg_token_loss": Case(refimpl.pg_token_loss, {"logp": logp, "advantages": adv_bt, "mask": MASK}, {},
@@ -96,6 +101,12 @@ def cases(dtype: torch.dtype) -> dict[str, Case]:
         out[f"kl_penalty-{estimator}"] = Case(
             refimpl.kl_penalty, {"logp": logp, "ref_logp": old, "mask": MASK},
             {"estimator": estimator, "log_ratio_clamp": 5.0, "clamp": 10.0}, per_token, ("logp", "ref_logp"))
+    for estimator, gradient in (("abs", "estimator"), ("k3", "straight_through"), ("k1", "unbiased"),
+                                ("k3", "bias_corrected")):
+        out[f"kl_loss_term-{gradient}"] = Case(
+            refimpl.kl_loss_term, {"logp": logp, "ref_logp": old - 0.2, "mask": MASK, "old_logp": old},
+            {"estimator": estimator, "gradient": gradient, "log_ratio_clamp": 5.0, "clamp": 10.0, "weight_cap": None},
+            per_token, ("logp", "ref_logp", "old_logp"))
     for name, fn, kw in [
         ("ppo", refimpl.ppo_token_loss, {"dual_clip": 3.0, "log_ratio_clamp": 20.0}),
         ("gspo-sequence", refimpl.gspo_token_loss, {"eps_low": 0.05, "eps_high": 0.1}),
@@ -109,11 +120,16 @@ def cases(dtype: torch.dtype) -> dict[str, Case]:
         ("dppo-kl", refimpl.dppo_token_loss, {"divergence": "kl", "delta_high": 0.05}),
         ("dro", refimpl.dro_token_loss, {"beta": 0.1}),
         ("vespo", refimpl.vespo_token_loss, {"log_ratio_clamp": 20.0, "w_max": 100.0}),
+        ("kl_cov", refimpl.kl_cov_token_loss, {"fraction": 0.3, "coef": 1.0}),
     ]:
         for adv_name, adv in (("tokens", adv_bt), ("rows", adv_b)):
             args = {"logp": logp, "old_logp": old, "advantages": adv, "mask": MASK}
             plant = dict(per_token) if adv.dim() == 2 else {k: v for k, v in per_token.items() if k != "advantages"}
             out[f"{name}-{adv_name}"] = Case(fn, args, kw, plant, ("logp", "old_logp"))
+        # Clip-Cov's keep mask: the draws are planted too (a window that holds candidates, half of them cut)
+        out[f"clip_cov_mask-{adv_name}"] = Case(
+            refimpl.clip_cov_mask, {"logp": logp, "old_logp": old, "advantages": adv, "mask": MASK, "draws": token(dtype, 15)},
+            {"fraction": 0.5, "cov_low": -0.5, "cov_high": 5.0}, {**plant, "draws": MASKED})
     policy_args = {"logp": logp, "old_logp": old, "ref_logp": old - 0.2, "advantages": adv_bt, "mask": MASK}
     out["policy_loss"] = Case(refimpl.policy_loss, policy_args, {"kl_coef": 0.1, "mode": "seq_mean_token_mean"},
                               per_token, ("logp", "old_logp", "ref_logp"))
@@ -122,6 +138,18 @@ def cases(dtype: torch.dtype) -> dict[str, Case]:
     for mode in AGGREGATION_MODES:
         out[f"aggregate-{mode}"] = Case(refimpl.aggregate, {"token_loss": token(dtype, 10), "mask": MASK},
                                         {"mode": mode, "norm_length": 7.0}, {"token_loss": MASKED}, ("token_loss",))
+    # spec v1.1 entropy terms: entropies >= 0; the pooled case holds another part's entropies too
+    entropy = token(dtype, 16).abs()
+    out["entropy_top_mask"] = Case(refimpl.entropy_top_mask, {"entropy": entropy, "mask": MASK}, {"rho": 0.3},
+                                   {"entropy": MASKED})
+    pool = entropy.double()[MASK].tolist() + [0.1, 2.5, 0.7]
+    out["entropy_top_mask-pooled"] = Case(refimpl.entropy_top_mask, {"entropy": entropy, "mask": MASK},
+                                          {"rho": 0.5, "pooled_entropy": pool}, {"entropy": MASKED})
+    for mode in AGGREGATION_MODES:
+        out[f"entropy_bonus-{mode}"] = Case(
+            refimpl.entropy_bonus, {"entropy": entropy, "mask": MASK},
+            {"entropy_coef": 0.01, "mode": mode, "norm_length": 7.0, "num_tokens": 40.0, "num_seqs": 9.0},
+            {"entropy": MASKED}, ("entropy",))
     out.update(offpolicy_cases(dtype, logp, old, adv_bt, adv_b))
     out.update(multi_gpu_cases(dtype, logits, hidden, weight, ids))
     return out
@@ -220,7 +248,14 @@ def multi_gpu_cases(dtype, logits, hidden, weight, ids) -> dict[str, Case]:
     return out
 
 
-SEQUENCE_LEVEL = {"reinforce_advantages", "rloo_advantages", "grpo_advantages"}  # no mask, no masked position
+SEQUENCE_LEVEL = {"reinforce_advantages", "rloo_advantages", "grpo_advantages",  # no mask, no masked position
+                  "overlong_penalty", "shaped_rewards",  # spec v1.1 reward shaping: [B] in, [B] out
+                  # spec v1.1 advantage estimators with [B] rewards only; the two that take a mask read
+                  # nothing at its positions but the mask itself (the valid-token counts of OPO, where
+                  # REINFORCE++-baseline writes): there is no per-token input to plant
+                  "remax_advantages", "grpo_passk_advantages", "gdpo_advantages", "maxrl_advantages",
+                  "gpg_advantages", "opo_advantages", "reinforce_pp_baseline_advantages"}
+CONTROLLERS = {"kl_controller_update", "entropy_coef_update", "entropy_coef_applied"}  # scalars: no mask
 API = Path(__file__).resolve().parents[2] / "conformance" / "spec" / "v1" / "api.md"
 
 
@@ -229,7 +264,7 @@ def test_every_spec_function_is_covered():
     spec = set(re.findall(r"^\| `[^`]+` \| `([a-z_]+)\(", API.read_text(), flags=re.M))
     assert spec, f"no function table found in {API}"
     covered = {case.fn.__name__ for case in cases(torch.float32).values()}
-    assert spec - SEQUENCE_LEVEL <= covered
+    assert spec - SEQUENCE_LEVEL - CONTROLLERS <= covered
     assert "token_logprobs_and_entropy_from_hidden" in covered
     assert (spec | covered) <= set(refimpl.__all__)
 

@@ -57,28 +57,48 @@ ROLES: dict[str, str] = {
     "weight_shard": "weight",
     "rewards": "seq",
     "scores": "seq",
+    "greedy_rewards": "seq",  # spec v1.1 adv.remax: one reward per prompt, [B / G]
     "advantages": "adv",
     "group_size": "group",
     "counts": "counts",
     "behav_version": "versions",
     "keep_mask": "keep",
     "is_weights": "weights",
+    "lengths": "lengths",  # spec v1.1 reward.overlong: completion lengths, an integer [B]
+    "truncated": "flags",  # spec v1.1 reward.shaping: bool (or exact 0/1) [B] beside the rewards
     **{n: "token" for n in ("logp", "old_logp", "ref_logp", "values", "old_values", "returns",
-                            "token_rewards", "x", "token_loss", "rollout_logp", "prox_logp", "behav_logp")},
+                            "token_rewards", "x", "token_loss", "rollout_logp", "prox_logp", "behav_logp",
+                            "draws", "entropy")},
+    # the controllers' scalar state (spec v1.1 ctrl.*): "real" a finite real, "count" an int >= 0,
+    # "state" a real or +inf (a measurement not taken yet)
+    **{n: "real" for n in ("kl_coef", "current_kl", "coef", "current_entropy")},
+    "n_steps": "count",
+    "last_entropy": "state",
     # "upstream" is "token" for a [B, T] output and "scalar" for a scalar one (decided per call)
 }
+SCALAR_ROLES = frozenset({"real", "count", "state"})
+# Out-of-range values of scalar positional arguments (each a ValueError), on top of the generic ones.
+SCALAR_ARG_VALUES: dict[str, tuple[Any, ...]] = {"kl_coef": (-0.1,), "n_steps": (-1,)}
+# Array arguments that may be None (so the "None" mutation does not apply): (spec function, argument) ->
+# role. kl_loss_term's old_logp is required only by its ratio forms (tested in tests/oracle/test_oracle_kl_loss.py).
+OPTIONAL_ROLES: dict[tuple[str, str], str] = {("kl_loss_term", "old_logp"): "optional token"}
 
 CHOICES = ("estimator", "kl_estimator", "mode", "baseline", "scale", "singleton", "form", "bound",
            "level", "seq_stat", "statistic", "kl_of", "behav_mode", "method", "rejected", "divergence",
-           "surrogate")
+           "surrogate", "gradient", "beyond", "gap")
 REALS = ("temperature", "eps", "eps_low", "eps_high", "dual_clip", "clip", "log_ratio_clamp", "clamp",
          "gamma", "lam", "norm_length", "num_tokens", "num_seqs", "kl_coef", "lo", "hi", "behav_cap", "threshold",
          "tau_pos", "tau_neg", "delta_low", "delta_high", "ratio_cap", "beta", "k_pos", "lambda_pos", "k_neg",
-         "lambda_neg", "w_min", "w_max")
-INTS = ("std_ddof", "chunk_size", "vocab_chunk_size", "vocab_start", "dp_world_size", "version")
+         "lambda_neg", "w_min", "w_max", "weight_cap", "fraction", "cov_low", "cov_high", "coef",
+         "rho", "entropy_coef", "target", "horizon", "delta", "coef_min", "coef_max",
+         "factor", "truncated_scale", "truncated_value", "truncated_shift", "clip_low", "clip_high")
+INTS = ("std_ddof", "chunk_size", "vocab_chunk_size", "vocab_start", "dp_world_size", "version", "max_length",
+        "buffer")
 BOOLS = ("shift_mean", "reduce_hidden_grad", "batch_normalize", "weight_kl")
 LAYOUTS = ("cu_seqlens", "position_ids")  # packed rows: exactly one of the two
 SEQUENCES = ("seqs_per_mask",)
+POOLS = ("pooled_entropy",)  # a 1-D float array (or a list of floats) of a batch's values
+WEIGHT_LISTS = ("reward_weights",)  # spec v1.1 adv.gdpo: None or a list/tuple of K finite numbers
 # Keywords the fuzzer leaves alone, with the reason.
 NOT_FUZZED = {
     "group": "a torch.distributed process group handle; None (or anything) means one process when "
@@ -125,14 +145,38 @@ KEYWORD_VALUES: dict[str, tuple[Any, ...]] = {
     "lambda_neg": (0.0, -1.0),
     "w_min": (0.0, -1.0),
     "w_max": (0.0, -1.0),
+    "max_length": (0, -1),
+    "buffer": (-1, 10**9),  # 10**9 > every max_length drawn
+    "factor": (-0.5,),
+    # the truncation rule's values and the clip bounds are any real (clip_low > clip_high is clip_high's error)
+    "truncated_scale": (),
+    "truncated_value": (),
+    "truncated_shift": (),
+    "clip_low": (),
+    "clip_high": (),
+    "weight_cap": (0.0, -1.0),
+    "fraction": (0.0, -0.1, 1.5),
+    "cov_low": (),  # any real; cov_low >= cov_high is reported as cov_high's error
+    "cov_high": (-1e9,),
+    "coef": (-0.1,),
+    "rho": (-0.1, 1.5),
+    "entropy_coef": (),
+    # an entropy target is any real, a KL target is > 0: only the generic mutations apply to both
+    "target": (),
+    "horizon": (0.0, -1.0),
+    "delta": (-0.1,),
+    "coef_min": (),  # coef_min > coef_max is reported as coef_max's error
+    "coef_max": (-1e9,),
 }
-KEYWORDS = set(CHOICES) | set(REALS) | set(INTS) | set(BOOLS) | set(LAYOUTS) | set(SEQUENCES) | set(NOT_FUZZED)
+KEYWORDS = (set(CHOICES) | set(REALS) | set(INTS) | set(BOOLS) | set(LAYOUTS) | set(SEQUENCES) | set(POOLS)
+            | set(WEIGHT_LISTS) | set(NOT_FUZZED))
 
 
 def role(call: Call, name: str) -> str | None:
     if name == "upstream":
         return "scalar" if isinstance(call.value(name), float) else "token"
-    return ROLES.get(name)
+    base = call.function[: -len("_grad")] if call.function.endswith("_grad") else call.function
+    return OPTIONAL_ROLES.get((base, name), ROLES.get(name))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -227,10 +271,11 @@ def _ragged(x: Any) -> list:
 # the catalogue
 # ----------------------------------------------------------------------------------------------
 
-FLOAT_ROLES = frozenset({"token", "adv", "seq", "logits", "hidden", "weight", "weights"})
-ARRAY_ROLES = FLOAT_ROLES | {"mask", "ids", "versions", "keep"}
-BATCHED = frozenset({"token", "adv", "seq", "logits", "hidden", "ids", "versions", "keep", "weights"})  # share B with the mask
-TIMED = frozenset({"token", "logits", "hidden", "ids", "keep", "weights"})  # share T with the mask
+FLOAT_ROLES = frozenset({"token", "optional token", "adv", "seq", "logits", "hidden", "weight", "weights"})
+ARRAY_ROLES = FLOAT_ROLES | {"mask", "ids", "versions", "keep", "lengths", "flags"}
+BATCHED = frozenset({"token", "optional token", "adv", "seq", "logits", "hidden", "ids", "versions", "keep", "weights",
+                     "lengths", "flags"})  # share B with the mask (or are the batch, without one)
+TIMED = frozenset({"token", "optional token", "logits", "hidden", "ids", "keep", "weights"})  # share T with the mask
 BOTH = ("oracle", "refimpl")
 
 
@@ -251,17 +296,17 @@ def _m(name, roles, expected, make, libs=BOTH, needs_mask=False) -> Mutation:
 ARRAY_MUTATIONS: list[Mutation] = [
     # dtypes and Python types
     _m("int dtype", FLOAT_ROLES, TypeError, lambda c, n: _cast(c.value(n), "int")),
-    _m("bool dtype", FLOAT_ROLES | {"ids", "versions"}, TypeError, lambda c, n: _cast(c.value(n), "bool")),
-    _m("complex dtype", FLOAT_ROLES | {"mask", "ids", "versions", "keep"}, TypeError, lambda c, n: _cast(c.value(n), "complex")),
-    _m("float dtype", {"ids", "versions"}, TypeError, lambda c, n: _cast(c.value(n), "float")),
+    _m("bool dtype", FLOAT_ROLES | {"ids", "versions", "lengths"}, TypeError, lambda c, n: _cast(c.value(n), "bool")),
+    _m("complex dtype", FLOAT_ROLES | {"mask", "ids", "versions", "keep", "lengths", "flags"}, TypeError, lambda c, n: _cast(c.value(n), "complex")),
+    _m("float dtype", {"ids", "versions", "lengths"}, TypeError, lambda c, n: _cast(c.value(n), "float")),
     _m("a str", ARRAY_ROLES, TypeError, lambda c, n: "not an array"),
-    _m("None", ARRAY_ROLES, TypeError, lambda c, n: None),
+    _m("None", ARRAY_ROLES - {"optional token"}, TypeError, lambda c, n: None),
     _m("a NumPy array for a tensor", ARRAY_ROLES, TypeError, lambda c, n: _numpy(c.value(n)), libs=("refimpl",)),
     _m("a nested list for a tensor", ARRAY_ROLES, TypeError, lambda c, n: c.value(n).tolist(), libs=("refimpl",)),
     _m("a ragged nested list", ARRAY_ROLES, ValueError, lambda c, n: _ragged(c.value(n)), libs=("oracle",)),
     # ranks and shapes
     _m("rank + 1", ARRAY_ROLES, ValueError, lambda c, n: c.value(n)[..., None]),
-    _m("rank - 1", ARRAY_ROLES - {"adv", "seq", "versions"}, ValueError, lambda c, n: c.value(n)[..., 0]),
+    _m("rank - 1", ARRAY_ROLES - {"adv", "seq", "versions", "lengths", "flags"}, ValueError, lambda c, n: c.value(n)[..., 0]),
     _m("0-d", ARRAY_ROLES, ValueError, lambda c, n: c.value(n).reshape(-1)[0:1].reshape(())),
     _m("batch mismatch", BATCHED, ValueError, lambda c, n: _drop(c.value(n), 0), needs_mask=True),
     _m("length mismatch", TIMED, ValueError, lambda c, n: _drop(c.value(n), 1), needs_mask=True),
@@ -285,6 +330,12 @@ ARRAY_MUTATIONS: list[Mutation] = [
     _m("version -1 at a valid position", {"versions"}, ValueError, lambda c, n: _set(c.value(n), _version_index(c, n), -1)),
     _m("version beyond the current one", {"versions"}, ValueError,
        lambda c, n: _set(c.value(n), _version_index(c, n), c.kwargs["version"] + 1)),
+    # spec v1.1 reward shaping: completion lengths [B] and truncation flags [B] (beside the rewards)
+    _m("negative length", {"lengths"}, ValueError, lambda c, n: _set(c.value(n), (0,), -1)),
+    _m("float flags with 0.5", {"flags"}, ValueError, lambda c, n: _set(_cast(c.value(n), "float"), (0,), 0.5)),
+    _m("float flags with NaN", {"flags"}, ValueError, lambda c, n: _set(_cast(c.value(n), "float"), (0,), float("nan"))),
+    _m("int flags with 2", {"flags"}, ValueError, lambda c, n: _set(_cast(c.value(n), "int"), (0,), 2)),
+    _m("batch mismatch (with rewards)", {"flags"}, ValueError, lambda c, n: _drop(c.value(n), 0)),
     # masks
     _m("float mask with 0.5", {"mask", "keep"}, ValueError, lambda c, n: _mask_with(c, "float", 0.5, n)),
     _m("float mask with NaN", {"mask", "keep"}, ValueError, lambda c, n: _mask_with(c, "float", float("nan"), n)),
@@ -326,12 +377,33 @@ def _keyword_mutations(name: str) -> list[tuple[str, Any, type[Exception]]]:
     if name in SEQUENCES:  # one count per mask
         return [("a str", "12", TypeError), ("a tensor", torch.ones(2), TypeError), ("too short", [1], ValueError),
                 ("negative", [1, -1], ValueError), ("a float count", [1.5, 1], TypeError)]
+    if name in POOLS:
+        return [("NaN inside", [0.5, float("nan")], ValueError), ("+inf inside", [float("inf")], ValueError),
+                ("2-D", [[0.5, 1.0]], ValueError), ("int values", [1, 2], TypeError), ("bool values", [True], TypeError),
+                ("a str", "0.5", TypeError), ("a float", 0.5, TypeError)]
+    if name in WEIGHT_LISTS:  # entries are checked before the length (K <= 3 in every base call)
+        return [("a str", "1,2", TypeError), ("a float", 1.0, TypeError), ("a tensor", torch.ones(2), TypeError),
+                ("NaN inside", [float("nan")], ValueError), ("+inf inside", [float("inf")], ValueError),
+                ("a str inside", ["1"], TypeError), ("a bool inside", [True], TypeError),
+                ("too long", [1.0] * 9, ValueError), ("empty", [], ValueError)]
     out: list[tuple[str, Any, type[Exception]]] = [(f"{v!r}", v, ValueError) for v in KEYWORD_VALUES[name]]
     if name in REALS:
         out += [("NaN", float("nan"), ValueError), ("+inf", float("inf"), ValueError), ("-inf", float("-inf"), ValueError)]
     else:
         out += [("a float", 1.5, TypeError)]
     return out + [("a str", "0.5", TypeError), ("a bool", True, TypeError), ("a list", [1.0], TypeError)]
+
+
+def _scalar_arg_mutations(name: str, r: str) -> list[tuple[str, Any, type[Exception]]]:
+    """Bad values of a scalar positional argument (a controller's state)."""
+    out: list[tuple[str, Any, type[Exception]]] = [(f"{v!r}", v, ValueError) for v in SCALAR_ARG_VALUES.get(name, ())]
+    if r == "count":
+        out += [("a float", 1.5, TypeError)]
+    else:  # "state" accepts +inf (nothing measured yet)
+        out += [("NaN", float("nan"), ValueError), ("-inf", float("-inf"), ValueError)]
+        out += [("+inf", float("inf"), ValueError)] if r == "real" else []
+    return out + [("a str", "0.5", TypeError), ("a bool", True, TypeError), ("None", None, TypeError),
+                  ("a list", [1.0], TypeError)]
 
 
 def _layout_mutations(call: Call, name: str) -> list[tuple[str, Any, type[Exception]]]:
@@ -418,6 +490,9 @@ def mutations_for(call: Call) -> list[tuple[BadCase, Maker, type[Exception]]]:
         elif r == "mask list":
             for arg, label, make, exc in _mask_list_mutations(call):
                 add(arg, label, make, exc)
+        elif r in SCALAR_ROLES:
+            for label, value, exc in _scalar_arg_mutations(name, r):
+                add(name, label, _replace(name, lambda c, v=value: v), exc)
         else:
             for m in ARRAY_MUTATIONS:
                 if r in m.roles and call.lib in m.libs and (has_mask or not m.needs_mask):
@@ -537,6 +612,8 @@ def _degenerate(call: Call, kind: str) -> Call | None:
     every row masked; None when the kind does not apply (T and masks need a mask argument)."""
     if kind != "empty batch" and call.mask is None:
         return None
+    if kind == "empty batch" and not any(role(call, n) in BATCHED or role(call, n) == "mask" for n in call.args):
+        return None  # no batch to empty: the controllers' scalar state
     args = dict(call.args)
 
     def transform(r: str | None, value: Any) -> Any:

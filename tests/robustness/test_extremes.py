@@ -64,8 +64,8 @@ def run_both(function: str, args: dict, kwargs: dict, dtype: str, *, tol: Tol | 
     targs = _torch_args(rounded, dtype, record.grad_args)
     out = getattr(refimpl, function)(*targs.values(), **kwargs)
     outs = out if isinstance(out, tuple) else (out,)
-    for o in outs:
-        assert o.dtype == TORCH[dtype], f"{function}: output dtype {o.dtype} for {dtype} inputs"
+    for o in outs:  # a keep mask is bool whatever the input dtype
+        assert o.dtype == (torch.bool if record.output == "mask" else TORCH[dtype]), f"{function}: output dtype {o.dtype} for {dtype} inputs"
     tol = tol or tolerance(record.spec_id, dtype, "value")
     for i, (a, e) in enumerate(zip(outs, expected)):
         _check(a, e, dtype, tol, f"{function}[{dtype}] value {i}")
@@ -220,6 +220,7 @@ LOSS_KWARGS = {
     "gmpo_token_loss": [{}, {"eps_low": 0.2, "eps_high": 0.2}],
     "dppo_token_loss": [{}, {"divergence": "kl"}, {"ratio_cap": 3.0}, {"log_ratio_clamp": 20.0}],
     "vespo_token_loss": [{}, {"log_ratio_clamp": 20.0, "w_min": 1e-8, "w_max": 485165195.4097903}],
+    "kl_cov_token_loss": [{}, {"fraction": 0.5, "coef": 1.0}],
 }
 
 
@@ -236,13 +237,38 @@ def test_policy_losses_at_log_ratios_of_100(function, dtype):
             everything = np.concatenate([x.ravel() for x in values + grads])
             assert not np.isnan(everything).any()
             assert np.all(values[0][~LR_MASK] == 0)
-            if adv_name == "zero":  # an overflowing ratio times A = 0 is 0, value and gradient
+            if adv_name == "zero" and function == "kl_cov_token_loss":  # only the |d| penalty: finite
+                assert np.all(np.isfinite(everything)), f"{function} {kw}: A = 0 gave {everything}"
+            elif adv_name == "zero":  # an overflowing ratio times A = 0 is 0, value and gradient
                 assert np.all(everything == 0), f"{function} {kw}: A = 0 gave {everything}"
-            bounded = ("dual_clip" in kw or "log_ratio_clamp" in kw or adv_name == "positive"
+            # kl_cov_token_loss's -A*r has no clip: e^100 overflows float32 for either sign of A
+            bounded = ("dual_clip" in kw or "log_ratio_clamp" in kw
+                       or (adv_name == "positive" and function != "kl_cov_token_loss")
                        or function in ("cispo_token_loss", "ppo_clipped_mask", "sapo_token_loss", "vespo_token_loss")
                        or "ratio_cap" in kw or dtype == "float64")
             if bounded:  # the clipped objectives, A >= 0, or float64 (e^100 is representable)
                 assert np.all(np.isfinite(everything)), f"{function} {kw} A {adv_name}: {everything}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_clip_cov_mask_at_log_ratios_of_100(dtype):
+    """Ratios e^±100 (inf in float32) and log-probs near -100 (covariances in the hundreds): the keep
+    mask equals the oracle's on the same rounded inputs (A > 0 with r = inf is on the clipped branch,
+    never a NaN decision), in a wide window that makes every unclipped token a candidate and in the
+    default one; ±100 at masked positions change nothing."""
+    logp, old = _log_ratio_inputs()
+    draws = np.linspace(1.0, 0.0, LR_MASK.size).reshape(LR_MASK.shape)
+    for adv_name, adv in ADVANTAGES.items():
+        for kw in ({}, {"fraction": 1.0, "cov_low": -1e6, "cov_high": 1e6}):
+            args = {"logp": logp, "old_logp": old, "advantages": adv, "mask": LR_MASK, "draws": draws}
+            keep = []
+            for a in (args, _masked_zeroed(args)):
+                rounded = _rounded(a, dtype)
+                expected = oracle.clip_cov_mask(*rounded.values(), **kw)
+                got = refimpl.clip_cov_mask(*_torch_args(rounded, dtype, ()).values(), **kw)
+                assert got.dtype == torch.bool and np.array_equal(got.numpy(), expected), f"{kw} A {adv_name}"
+                keep.append(expected)
+            assert np.array_equal(*keep), f"{kw} A {adv_name}: masked ±100 changed the mask"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -266,6 +292,36 @@ def test_kl_at_log_ratios_of_100(estimator, dtype):
             assert np.all(g[d_minus_100 & (u != 0)] == -np.inf)
         if dtype == "float64" and not kw and estimator == "k3":
             assert np.allclose(k[d_minus_100], np.exp(100.0) - 101.0, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("gradient", ["estimator", "straight_through", "unbiased", "bias_corrected"])
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3", "abs"])
+def test_kl_loss_term_at_log_ratios_of_100(estimator, gradient, dtype):
+    """kl.loss with d = logp - ref_logp and logp - old_logp of ±100 (ratios e^±100, beyond float32):
+    never NaN, masked ±100 change nothing, oracle = refimpl; finite wherever the equations are (float64;
+    in float32/bfloat16 the forms without a ratio once k3 is clamped or another estimator is used)."""
+    logp, ref = _log_ratio_inputs()
+    old = logp - np.roll(logp - ref, 1, axis=1)  # other log-ratios to the sampler: r = e^±100, e^0, e^0.05, e^7
+    for kw in ({}, {"log_ratio_clamp": 20.0, "clamp": 10.0}, {"weight_cap": None}):
+        args = {"logp": logp, "ref_logp": ref, "mask": LR_MASK, "old_logp": old}
+        keywords = {"estimator": estimator, "gradient": gradient, **kw}
+        values, grads = run_both("kl_loss_term", args, keywords, dtype)
+        again = run_both("kl_loss_term", _masked_zeroed(args), keywords, dtype)
+        assert _same(values + grads, again[0] + again[1]), f"{keywords}: masked ±100 changed something"
+        everything = np.concatenate([x.ravel() for x in values + grads])
+        assert not np.isnan(everything).any(), keywords
+        finite = dtype == "float64" or (gradient != "bias_corrected" and "weight_cap" not in kw
+                                        and (estimator != "k3" or "clamp" in kw))
+        if finite:
+            assert np.all(np.isfinite(everything)), (keywords, everything)
+    if estimator == "k3" and gradient == "bias_corrected":  # r near e^0.1: K = e^100 - 101 overflows below
+        args = {"logp": logp, "ref_logp": ref, "mask": LR_MASK, "old_logp": logp - 0.1}  # float64, the gradient r d does not
+        values, (g,) = run_both("kl_loss_term", args, {"estimator": "k3", "gradient": "bias_corrected"}, dtype)
+        lp, rf, od = (cases.round_to(x, dtype) for x in (logp, ref, logp - 0.1))  # what both implementations saw
+        overflowing = values[0][LR_MASK & (lp - rf < -99)]  # K r = (e^100 - 101) e^0.1: beyond float32
+        assert np.all(np.isfinite(overflowing)) if dtype == "float64" else np.all(overflowing == np.inf)
+        np.testing.assert_allclose(g, np.where(LR_MASK, np.exp(lp - od) * (lp - rf), 0.0), rtol=1e-2 if dtype == "bfloat16" else 1e-6)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -293,6 +349,37 @@ def test_rlhf_rewards_and_policy_loss_at_log_ratios_of_100(dtype):
                         assert L == np.inf and not np.isnan(g).any()
                     else:
                         assert np.isfinite(L) and np.all(np.isfinite(g))
+
+
+# ----------------------------------------------------------------------------------------------
+# reward shaping (spec v1.1): rewards near the dtype's range, lengths of 2^40
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_shaped_rewards_at_the_edge_of_the_range(dtype):
+    """Rewards of ±3e38 and ±1e30: the clip brings them back exactly; a scale of the largest ones
+    overflows to ±inf as the oracle's value rounded (never NaN), and the clip then bounds that too."""
+    big = float(torch.finfo(TORCH[dtype]).max) if dtype != "float64" else 1e308
+    r = np.array([big, -big, 1e30, -1e30, 0.5])
+    t = np.array([True, True, False, True, False])
+    for kw in ({"clip_low": -10.0, "clip_high": 10.0}, {"truncated_scale": 0.5}, {"truncated_scale": 4.0},
+               {"truncated_scale": 4.0, "clip_low": -20.0, "clip_high": 20.0}, {"truncated_value": -1e30}):
+        (out,), _ = run_both("shaped_rewards", {"rewards": r, "truncated": t}, kw, dtype)
+        assert not np.isnan(out).any(), kw
+        if "clip_low" in kw:
+            assert np.all(np.abs(out) <= kw["clip_high"]), (kw, out)
+
+
+def test_overlong_penalty_at_huge_lengths():
+    """Lengths up to 2^40 with budgets up to 2^31: finite, float64, the oracle's values exactly."""
+    lengths = np.array([0, 2**30, 2**31, 2**31 + 1, 2**40], dtype=np.int64)
+    for kw in ({"max_length": 2**31, "buffer": 2**30}, {"max_length": 2**31, "buffer": 2**30, "beyond": "linear"},
+               {"max_length": 2**31, "buffer": 0, "factor": 1e300}):
+        expected = oracle.overlong_penalty(lengths, **kw)
+        out = refimpl.overlong_penalty(torch.from_numpy(lengths), **kw)
+        assert out.dtype == torch.float64 and np.all(np.isfinite(out.numpy()))
+        np.testing.assert_array_equal(out.numpy(), expected)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -342,6 +429,37 @@ def test_oracle_on_identical_rewards_is_exactly_zero(n):
     assert np.count_nonzero(oracle.whiten(x, m, eps=0.0)) == 0  # was O(1): a summation residue / its std
     assert np.array_equal(oracle.whiten(x, m, shift_mean=False)[0, 1:], x[0, 1:])
     assert np.count_nonzero(oracle.rloo_advantages(np.full(6, 0.7), 6)) == 0  # (O(G²) literal loops)
+
+
+def _estimator_calls(lib, r, n: int):
+    """spec v1.1 advantage estimators on n identical rewards (one group of n, or of n/2), each call paired
+    with what must be all zero."""
+    mask = np.zeros((n, 3), dtype=bool) if lib is np else torch.zeros((n, 3), dtype=torch.bool)
+    mask[:, 1:] = True
+    mod = oracle if lib is np else refimpl
+    stack = np.stack if lib is np else torch.stack
+    return {
+        "reinforce_pp_baseline[token]": mod.reinforce_pp_baseline_advantages(r, n, mask, eps=0.0),
+        "reinforce_pp_baseline[sequence]": mod.reinforce_pp_baseline_advantages(r, n // 2, mask, level="sequence", eps=0.0),
+        "opo": mod.opo_advantages(r, n, mask),
+        "grpo_passk": mod.grpo_passk_advantages(r, n // 2, eps=0.0),
+        "gdpo": mod.gdpo_advantages(stack([r, r], 1), n, eps=0.0),
+        "maxrl": mod.maxrl_advantages(r, n // 2, eps=0.0),
+        "gpg": mod.gpg_advantages(r, n),
+    }
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_estimators_on_a_million_identical_rewards(dtype):
+    """Spec v1.1 estimators: an all-equal group (and a batch of equal values) is exactly 0, with eps 0 too."""
+    r = torch.full((N_IDENTICAL,), 0.7, dtype=TORCH[dtype])
+    for name, a in _estimator_calls(torch, r, N_IDENTICAL).items():
+        assert torch.count_nonzero(a) == 0, (name, a.flatten()[:4])
+
+
+def test_oracle_estimators_on_identical_rewards():
+    for name, a in _estimator_calls(np, np.full(10**4, 0.7), 10**4).items():
+        assert np.count_nonzero(a) == 0, name
 
 
 # ----------------------------------------------------------------------------------------------
@@ -394,3 +512,53 @@ def test_long_sequences_t4096():
 @pytest.mark.slow
 def test_long_sequences_t32768():
     _long_checks(32768, ("float64", "float32"))
+
+
+# ----------------------------------------------------------------------------------------------
+# spec v1.1 entropy terms and controllers: long batches with ties, a pool beyond torch.quantile's
+# 2**24 elements, controller ratios that overflow
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_entropy_terms_on_a_long_batch(dtype):
+    """T = 4096: entropies on a 1/16 grid (ties everywhere, exact in every dtype) and a few huge ones
+    (1e4): the top-ρ mask equals the oracle's for every ρ, the bonus (a sum of 4096 terms) too."""
+    c = _long_case(4096)
+    m = c["mask"]
+    H = np.round(np.abs(c["adv"]) * 16.0) / 16.0
+    H[0, -3:] = 1e4
+    for rho in (0.0, 0.2, 0.5, 1.0):
+        (keep,), _ = run_both("entropy_top_mask", {"entropy": H, "mask": m}, {"rho": rho}, dtype)
+        assert keep[m].any() and not keep[~m].any()
+    for mode in ("token_mean", "seq_mean_token_mean"):
+        run_both("entropy_bonus", {"entropy": H, "mask": m}, {"entropy_coef": 0.01, "mode": mode}, dtype,
+                 tol=Tol(rtol=1e-9 if dtype == "float64" else 1e-4, atol=1e-9 if dtype == "float64" else 1e-3,
+                         reason="a sum of 4096 terms"))
+
+
+def test_entropy_top_mask_pool_beyond_the_torch_quantile_limit():
+    """A pool of 2**24 + 1 entropies (more than torch.quantile accepts): k/2**24 for k = 0..2**24, so
+    with ρ = 0.5 the threshold is the order statistic 2**23/2**24 = 0.5 exactly; the part's 0.25 is
+    dropped, its 0.5 (a tie) and 0.75 kept."""
+    n = 2**24
+    pool = torch.arange(n + 1, dtype=torch.float64) / n
+    with pytest.raises(RuntimeError, match="too large"):  # what TRL's get_high_entropy_mask calls
+        torch.quantile(pool.float(), 0.5)
+    H = torch.tensor([[0.0, 0.25, 0.5, 0.75]])
+    m = torch.tensor([[False, True, True, True]])
+    keep = refimpl.entropy_top_mask(H, m, rho=0.5, pooled_entropy=pool)
+    assert keep.tolist() == [[False, False, True, True]]
+
+
+def test_controllers_at_extreme_ratios():
+    """KL / target overflowing (1e10 / 1e-300 = inf) clips to +0.2; an entropy of +inf or 1e308; a
+    coefficient of 1e308: finite, and the oracle's."""
+    for kl, target in ((1e10, 1e-300), (-1e10, 1e-300), (1e308, 0.5)):
+        args = {"kl_coef": 0.1, "current_kl": kl, "n_steps": 100}
+        expected = oracle.kl_controller_update(*args.values(), target=target, horizon=1000)
+        got = refimpl.kl_controller_update(*args.values(), target=target, horizon=1000)
+        assert np.isfinite(got) and got == pytest.approx(float(expected), rel=1e-12)
+        assert got == pytest.approx(0.1 * (1 + (0.2 if kl > 0 else -0.2) * 0.1), rel=1e-12)
+    assert refimpl.entropy_coef_update(1e308, 1e308, delta=1e308) == oracle.entropy_coef_update(1e308, 1e308, delta=1e308) == 0.0
+    assert refimpl.entropy_coef_applied(1e308, float("inf")) == oracle.entropy_coef_applied(1e308, float("inf")) == 0.0
