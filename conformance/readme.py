@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import oracle
+from conformance import frameworks, spec
 from oracle.presets import SCOPE
-from conformance import spec
 from conformance.registry import REGISTRY
 from conformance.tolerances import DEFAULT, OVERRIDES
 
@@ -99,7 +99,7 @@ def frameworks_table() -> str:
 
     reports_dir = README.parent / "conformance" / "reports"
     columns: list[tuple[str, dict[str, dict]]] = []
-    for name in ("trl", "verl", "openrlhf"):
+    for name in frameworks.names():
         path = reports_dir / f"{name}.json"
         if path.exists():
             data = json.loads(path.read_text())

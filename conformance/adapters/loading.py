@@ -10,6 +10,8 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
+from conformance import frameworks
+
 ENTRY_POINT_GROUP = "rlspec.adapters"
 
 # The input dtypes checked when an adapter declares no `dtypes`, by `array_api`.
@@ -19,13 +21,11 @@ DEFAULT_DTYPES: dict[str, tuple[str, ...]] = {
 }
 
 # name -> "module:factory"; factories are imported only when asked for, so a missing optional
-# framework never breaks the others.
+# framework never breaks the others. The frameworks are the folders of conformance/frameworks/.
 BUILTIN_ADAPTERS: dict[str, str] = {
     "oracle": "conformance.adapters.builtin:oracle_adapter",
     "refimpl": "conformance.adapters.builtin:refimpl_adapter",
-    "trl": "conformance.adapters.trl_adapter:TRLAdapter",
-    "verl": "conformance.adapters.verl_adapter:VerlAdapter",
-    "openrlhf": "conformance.adapters.openrlhf_adapter:OpenRLHFAdapter",
+    **{name: frameworks.adapter_path(name) for name in frameworks.names()},
 }
 
 

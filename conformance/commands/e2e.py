@@ -1,7 +1,7 @@
 """`rlspec e2e`: a real trainer trained for a few steps, every step's batch checked against the oracle.
 
 ``--trainer trl`` drives TRL's ``GRPOTrainer`` on the tiny random-weight Llama and digit task of
-``rlspec train`` (``conformance/trl_e2e.py``); ``--trainer refimpl`` runs rlspec's own trainer with the
+``rlspec train`` (``conformance/frameworks/trl/e2e.py``); ``--trainer refimpl`` runs rlspec's own trainer with the
 ``--verify`` hook. One row per (step, check), in the table format of ``rlspec check``.
 """
 
@@ -21,7 +21,7 @@ def _bool(text: str) -> bool:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from conformance.trl_e2e import DEFAULT_TRL_CONFIG
+    from conformance.frameworks.trl.e2e import DEFAULT_TRL_CONFIG
 
     parser = subparsers.add_parser(
         "e2e",
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.trainer == "trl":
         try:
-            from conformance.trl_e2e import run_trl_steps
+            from conformance.frameworks.trl.e2e import run_trl_steps
         except ImportError as exc:  # pragma: no cover - TRL is a dependency
             print(f"rlspec e2e: trl: not installed ({exc})", file=sys.stderr)
             return 2

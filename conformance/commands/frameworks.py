@@ -6,11 +6,11 @@ cannot share rlspec's own (verl, OpenRLHF).
 
 One virtual environment per framework under ``$RLSPEC_FRAMEWORKS_DIR`` (default
 ``~/.cache/rlspec/frameworks``), built with this interpreter's ``venv`` and pip from the recipes shipped
-in ``conformance/frameworks/`` (``requirements-<name>.txt`` with dependencies, then
-``nodeps-<name>.txt`` with ``--no-deps``). pip is the ordinary client, with its usual configuration
+in each framework's folder ``conformance/frameworks/<name>/`` (``requirements.txt`` with dependencies,
+then ``nodeps.txt`` with ``--no-deps``). pip is the ordinary client, with its usual configuration
 (``pip.conf``, ``PIP_*`` variables); ``$RLSPEC_FRAMEWORKS_PIP_ARGS`` adds arguments to every pip call
 (e.g. an index for a CPU build of torch). The adapters find the environments there
-(``conformance/adapters/subprocess_worker.py``); see ``conformance/frameworks/README.md``.
+(``conformance/frameworks/subprocess_worker.py``); see ``conformance/frameworks/README.md``.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import sys
 import time
 from pathlib import Path
 
-from conformance.adapters.subprocess_worker import FRAMEWORKS, FrameworkUnavailable, Worker, env_python, frameworks_dir, python_for
+from conformance.frameworks.subprocess_worker import FRAMEWORKS, FrameworkUnavailable, Worker, env_python, frameworks_dir, python_for
 
-RECIPES = Path(__file__).resolve().parent.parent / "frameworks"
+FRAMEWORKS_HOME = Path(__file__).resolve().parent.parent / "frameworks"  # one folder per framework
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -68,8 +68,8 @@ def install_one(name: str, *, force: bool = False) -> int:
             print(f"rlspec frameworks: could not create {root}", file=sys.stderr)
             return 1
     steps = [
-        _pip(python, "-r", str(RECIPES / f"requirements-{name}.txt")),
-        _pip(python, "--no-deps", "-r", str(RECIPES / f"nodeps-{name}.txt")),
+        _pip(python, "-r", str(FRAMEWORKS_HOME / name / "requirements.txt")),
+        _pip(python, "--no-deps", "-r", str(FRAMEWORKS_HOME / name / "nodeps.txt")),
     ]
     for cmd in steps:
         if _run(cmd):

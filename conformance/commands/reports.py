@@ -10,16 +10,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from conformance import frameworks
 from conformance import report as reports
 from conformance.commands.check import run_report, selected_records
 from conformance.suite import STATUSES
 
 REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
-FRAMEWORKS = ("trl", "verl", "openrlhf")
+FRAMEWORKS = frameworks.names()
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("reports", help="regenerate the committed reports of TRL, verl and OpenRLHF")
+    p = subparsers.add_parser("reports", help="regenerate the committed reports of the frameworks under test")
     p.add_argument("--adapter", action="append", choices=FRAMEWORKS, help="only these (repeatable)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--n-seeds", type=int, default=8)

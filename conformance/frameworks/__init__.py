@@ -1,4 +1,37 @@
-"""Real frameworks under test that run in their own environments (verl, OpenRLHF): install recipes
-(``requirements-*.txt``, ``nodeps-*.txt``), the worker operations (``*_ops.py``, loaded by path inside
-those environments), the spec-side conversions (``spec_io``) and the framework rows (``*_checks.py``).
-See ``README.md`` beside this file."""
+"""The real frameworks under test, one folder each: ``conformance/frameworks/<name>/``.
+
+A framework's folder holds everything about it:
+
+- ``__init__.py``: a docstring (version, what is called) and ``ADAPTER``, the name of the adapter class
+  in ``adapter.py`` that ``rlspec check --adapter <name>`` loads;
+- ``adapter.py``: the core-API functions in spec conventions, calling the framework's own installed code;
+- ``checks.py`` (optional): its extra rows (the framework's own settings, losses and trainer paths as
+  compositions of spec quantities), returned by the adapter's ``extra_rows``;
+- ``ops.py``, ``requirements.txt`` and ``nodeps.txt`` for a framework that runs in an environment of its
+  own: the operations its worker runs there, and the install recipe of ``rlspec frameworks install``;
+- ``README.md``: what is called, what is stubbed, what was found.
+
+Beside them, the machinery they share: ``subprocess_worker.py`` / ``subprocess_adapter.py`` (the
+isolated environments and the JSON-lines worker), ``spec_io.py`` (spec-side array conversions) and
+``checks.py`` (fixed-keyword and composition rows). Adding a framework is adding one folder.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def names() -> tuple[str, ...]:
+    """Every framework folder (one with an ``adapter.py``), sorted."""
+    return tuple(sorted(p.parent.name for p in HERE.glob("*/adapter.py")))
+
+
+def adapter_path(name: str) -> str:
+    """``module:Class`` of framework ``name``'s adapter (imports only its light ``__init__``)."""
+    return f"conformance.frameworks.{name}.adapter:{importlib.import_module(f'conformance.frameworks.{name}').ADAPTER}"
+
+
+__all__ = ["names", "adapter_path"]

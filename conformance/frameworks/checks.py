@@ -27,10 +27,51 @@ import numpy as np
 
 import oracle
 from conformance import cases
+from conformance.compare import Mismatch, compare, differences, greatest
 from conformance.registry import BY_FUNCTION
 from conformance.suite import RowResult, check_row, match_status, seeds_for
-from conformance.trl_checks import Comparison, Piece
 from conformance.tolerances import Tol, tolerance
+
+# ---------------------------------------------------------------------------------------------
+# Spec pieces with their vector-Jacobian products, and the comparison of a framework's result
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Piece:
+    """A per-token array of the spec composition and its VJP w.r.t. logp: ``vjp(u) = u · d value / d logp``."""
+
+    value: np.ndarray
+    vjp: Callable[[np.ndarray], np.ndarray]
+
+
+def scaled(piece: Piece, factor: np.ndarray) -> Piece:
+    """A piece times a constant [B, T] factor (no gradient through the factor)."""
+    return Piece(piece.value * factor, lambda u: piece.vjp(u * factor))
+
+
+@dataclass
+class Comparison:
+    mismatches: list[Mismatch] = field(default_factory=list)
+    checks: dict[str, str] = field(default_factory=dict)
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+
+    def add(self, what: str, actual: Any, expected: Any, tol: Tol) -> None:
+        a, e = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+        mm = compare(a, e, tol, what=what)
+        self.checks[what] = "pass" if mm is None else "fail"
+        if mm is not None:
+            self.mismatches.append(mm)
+        if a.shape == e.shape and a.size:
+            diff, rel = differences(a, e, tol.atol)
+            self.max_abs = max(self.max_abs, greatest(diff)[0])
+            self.max_rel = max(self.max_rel, np.nan_to_num(greatest(rel)[0]))
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
 
 # ---------------------------------------------------------------------------------------------
 # Fixed-keyword function rows

@@ -5,7 +5,6 @@ computes Σ l·r / Σ l = 0/0, and NaN advantages reach the batch. verl's ``opo`
 Bug-catalogue class 26 (empty mask → NaN); the vector ``opo_advantages/group-without-tokens`` shows it.
 """
 
-import torch
 
 from conformance.mutants.base import Mutant, upcast
 

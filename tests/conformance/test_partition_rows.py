@@ -177,7 +177,7 @@ def _with_fake_worker(cls):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_verl_adapter_plumbing(mode):
-    from conformance.adapters.verl_adapter import VerlAdapter
+    from conformance.frameworks.verl.adapter import VerlAdapter
 
     row = partition_row(_with_fake_worker(VerlAdapter), mode, n_seeds=1)
     assert row.status == "pass", row.message
@@ -185,7 +185,7 @@ def test_verl_adapter_plumbing(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_openrlhf_adapter_plumbing(mode):
-    from conformance.adapters.openrlhf_adapter import OpenRLHFAdapter
+    from conformance.frameworks.openrlhf.adapter import OpenRLHFAdapter
 
     row = partition_row(_with_fake_worker(OpenRLHFAdapter), mode, n_seeds=1)
     if mode in ("token_mean", "seq_mean_token_mean"):
@@ -197,7 +197,7 @@ def test_openrlhf_adapter_plumbing(mode):
 @pytest.mark.frameworks
 @pytest.mark.parametrize("name", ["verl", "openrlhf"])
 def test_real_frameworks_are_partition_invariant(name):
-    from conformance.adapters import subprocess_worker as sw
+    from conformance.frameworks import subprocess_worker as sw
     from conformance.adapters import load_adapter
 
     if sw.python_for(name)[0] is None:

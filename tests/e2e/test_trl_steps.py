@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("trl")
 
 from conformance.cli import main as cli_main  # noqa: E402
-from conformance.trl_e2e import run_trl_steps  # noqa: E402
+from conformance.frameworks.trl.e2e import run_trl_steps  # noqa: E402
 
 CHECKS = ("mask", "rewards", "advantages", "old_logp", "ref_logp", "logp", "loss")
 

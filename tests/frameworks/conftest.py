@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conformance.adapters import load_adapter
-from conformance.adapters import subprocess_worker as sw
+from conformance.frameworks import subprocess_worker as sw
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from conformance.adapters import subprocess_worker as sw
+from conformance.frameworks import subprocess_worker as sw
 from conformance.commands.check import golden_cases, load_adapters
 from conformance.registry import BY_FUNCTION
 from conformance.suite import check_row, seeds_for

@@ -1,5 +1,5 @@
-"""The OpenRLHF adapter (conformance/adapters/openrlhf_adapter.py, via the subprocess worker) and the
-OpenRLHF rows (conformance/frameworks/openrlhf_checks.py).
+"""The OpenRLHF adapter (conformance/frameworks/openrlhf/adapter.py, via the subprocess worker) and the
+OpenRLHF rows (conformance/frameworks/openrlhf/checks.py).
 
 OpenRLHF runs in its own environment: these tests need `rlspec frameworks install openrlhf` (marked
 `frameworks`, skipped with a reason otherwise; CI runs them as `pytest -m frameworks` after the
@@ -21,7 +21,7 @@ SKIP_REASON = pinned_rows.skip_reason("OpenRLHF", FRAMEWORK)
 
 
 def test_registered():
-    assert BUILTIN_ADAPTERS["openrlhf"] == "conformance.adapters.openrlhf_adapter:OpenRLHFAdapter"
+    assert BUILTIN_ADAPTERS["openrlhf"] == "conformance.frameworks.openrlhf.adapter:OpenRLHFAdapter"
 
 
 test_missing_environment_is_a_not_installed_row = pinned_rows.missing_environment_test(FRAMEWORK)

@@ -1,4 +1,4 @@
-"""The TRL adapter (conformance/adapters/trl_adapter.py) and the TRL checks (conformance/trl_checks.py).
+"""The TRL adapter (conformance/frameworks/trl/adapter.py) and the TRL checks (conformance/frameworks/trl/checks.py).
 
 Pins the status of every row as established against trl 1.16.0 (CPU, float32): the function-level
 rows, the trainer-level advantages (worked example derived from the spec, not from TRL), every GRPO
@@ -18,7 +18,8 @@ import torch
 trl = pytest.importorskip("trl", reason="TRL is not installed (pip install -c .ci/constraints.txt trl==1.16.0)")
 
 import oracle  # noqa: E402
-from conformance import cases, trl_checks  # noqa: E402
+from conformance import cases  # noqa: E402
+from conformance.frameworks.trl import checks as trl_checks  # noqa: E402
 from conformance.adapters import BUILTIN_ADAPTERS, load_adapter  # noqa: E402
 from conformance.commands.check import golden_cases, load_adapters  # noqa: E402
 from conformance.registry import BY_FUNCTION  # noqa: E402
@@ -38,7 +39,7 @@ def adapter():
 
 
 def test_adapter_attributes(adapter):
-    assert BUILTIN_ADAPTERS["trl"] == "conformance.adapters.trl_adapter:TRLAdapter"
+    assert BUILTIN_ADAPTERS["trl"] == "conformance.frameworks.trl.adapter:TRLAdapter"
     assert adapter.name == "trl"
     assert adapter.version == trl.__version__
     assert adapter.spec_version == "v1"
@@ -691,7 +692,7 @@ def test_entropy_top_mask_row_passes_with_partition(adapter):
 
 
 def test_simulated_ranks_pad_and_gather_like_accelerate(adapter):
-    from conformance.adapters.trl_adapter import SimulatedRanks
+    from conformance.frameworks.trl.adapter import SimulatedRanks
 
     ranks = SimulatedRanks([torch.tensor([5.0, 6.0, 7.0])], rank=1)
     mine = ranks.pad_across_processes(torch.tensor([1.0]), dim=0, pad_index=-1e9)

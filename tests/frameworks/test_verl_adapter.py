@@ -1,5 +1,5 @@
-"""The verl adapter (conformance/adapters/verl_adapter.py, via the subprocess worker) and the verl rows
-(conformance/frameworks/verl_checks.py).
+"""The verl adapter (conformance/frameworks/verl/adapter.py, via the subprocess worker) and the verl rows
+(conformance/frameworks/verl/checks.py).
 
 verl runs in its own environment: these tests need `rlspec frameworks install verl` (marked
 `frameworks`, skipped with a reason otherwise; CI runs them as `pytest -m frameworks` after the
@@ -17,7 +17,7 @@ import pytest
 
 import oracle
 from conformance.adapters import BUILTIN_ADAPTERS
-from conformance.adapters import subprocess_worker as sw
+from conformance.frameworks import subprocess_worker as sw
 from conformance.commands.check import load_adapters
 from tests.frameworks import pinned_rows
 
@@ -31,7 +31,7 @@ SKIP_REASON = pinned_rows.skip_reason("verl", FRAMEWORK)
 
 
 def test_registered():
-    assert BUILTIN_ADAPTERS["verl"] == "conformance.adapters.verl_adapter:VerlAdapter"
+    assert BUILTIN_ADAPTERS["verl"] == "conformance.frameworks.verl.adapter:VerlAdapter"
 
 
 test_missing_environment_is_a_not_installed_row = pinned_rows.missing_environment_test(FRAMEWORK)
@@ -345,7 +345,7 @@ def test_finding_singleton_groups(adapter):
 def test_every_registered_advantage_estimator_has_a_row(adapter, extra):
     """Every name in the installed verl's ADV_ESTIMATOR_REGISTRY is checked somewhere (a core row or a
     framework row) or has a "not implemented" row that names the missing spec quantity."""
-    from conformance.frameworks import verl_checks as vc
+    from conformance.frameworks.verl import checks as vc
 
     registered = set(adapter.advantage_estimators())
     assert {"reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "grpo_passk", "gpg", "gdpo"} <= registered
@@ -765,7 +765,7 @@ def test_inexpressible_loss_keywords_are_not_implemented(adapter, function, kwar
 
 def _clip_cov_call(adapter, b, draws, policy_loss=None):
     """verl's clip_cov on the float32 batch ``b`` with its torch.randperm decided by ``draws``: (keep, per-token loss)."""
-    from conformance.frameworks import verl_checks as vc
+    from conformance.frameworks.verl import checks as vc
 
     arrays = {**vc._policy_arrays(b), "clip_cov_draws": draws.astype(np.float32)}
     params = {"name": "clip_cov", "loss_agg_mode": "token-mean", "config": {}}
@@ -782,7 +782,7 @@ def test_clip_cov_is_ppo_times_the_mask_and_the_draws_decide(adapter, policy_los
     """verl's Clip-Cov loss matrix is ppo_token_loss(dual_clip=None) * clip_cov_mask, the mask verl's
     corr; reversed draws cut other tokens in both (so the adapter's randperm really follows the draws,
     and the cut tokens carry a PPO loss that the mask removes)."""
-    from conformance.frameworks import verl_checks as vc
+    from conformance.frameworks.verl import checks as vc
 
     b = vc._covariance_batch(0, "clip_cov_mask", asked, False)
     m, A = b["mask"], vc.broadcast_advantages(b)
@@ -805,7 +805,7 @@ def test_kl_cov_penalises_the_largest_covariances_not_the_largest_log_ratios(ada
     kl_cov_token_loss's: the row tells the two apart."""
     import torch
 
-    from conformance.frameworks import verl_checks as vc
+    from conformance.frameworks.verl import checks as vc
     from conformance.mutants import by_name
 
     kw = {"fraction": 0.2, "coef": 1.0}

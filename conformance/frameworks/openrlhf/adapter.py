@@ -3,9 +3,9 @@
 OpenRLHF runs in its own environment (``rlspec frameworks install openrlhf``: ``openrlhf==0.11.2 --no-deps``
 with torch and its pinned ``transformers==5.15.0``; its requirements pin ``flash-attn`` and ``deepspeed``,
 which do not install on CPU) and is driven through a worker process
-(``conformance/adapters/subprocess_worker.py``; the OpenRLHF calls and the import stubs are in
-``conformance/frameworks/openrlhf_ops.py``; what the verl and OpenRLHF adapters share is
-``conformance/adapters/subprocess_adapter.py``). A NumPy adapter: values come from OpenRLHF and each
+(``conformance/frameworks/subprocess_worker.py``; the OpenRLHF calls and the import stubs are in
+``conformance/frameworks/openrlhf/ops.py``; what the verl and OpenRLHF adapters share is
+``conformance/frameworks/subprocess_adapter.py``). A NumPy adapter: values come from OpenRLHF and each
 ``<function>_grad`` is OpenRLHF's autograd gradient for the given upstream.
 
 What is called (openrlhf 0.11.2; paths relative to ``openrlhf/``):
@@ -29,7 +29,7 @@ What is called (openrlhf 0.11.2; paths relative to ``openrlhf/``):
 | ``shaped_rewards`` | the same path: ``apply_stop_properly_penalty`` (:61-106, ``stop_properly_penalty_coef`` in [0, 1] scales, < 0 replaces) then ``models/utils.py::compute_reward``'s clip to ``reward.clip_range`` (:141-142) |
 | ``kl_controller_update`` | ``trainer/ppo_utils/kl_controller.py::AdaptiveKLController`` (:4-19): a fresh controller ``(kl_coef, target, horizon)``, one ``update(current_kl, n_steps)``, its ``value`` (``SubprocessAdapter.kl_controller_update``) |
 
-Checked as framework rows by ``conformance/frameworks/openrlhf_checks.py``: ``aggregate_loss`` in both
+Checked as framework rows by ``conformance/frameworks/openrlhf/checks.py``: ``aggregate_loss`` in both
 modes (local, global, two data-parallel ranks), the aggregated ``PolicyLoss`` (ppo, dual-clip, gspo) and
 ``ValueLoss`` (value and gradient), ``compute_approx_kl(unbiased_gradient=True)``, and the advantage
 estimators of ``compute_advantages_and_returns`` (``group_norm``, ``dr_grpo``, ``rloo``,
@@ -92,7 +92,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.adapters.subprocess_adapter import SubprocessAdapter
+from conformance.frameworks.subprocess_adapter import SubprocessAdapter
 from conformance.frameworks import spec_io as io
 
 
@@ -101,7 +101,7 @@ class OpenRLHFAdapter(SubprocessAdapter):
 
     name = "openrlhf"
     dtypes = ("float32",)
-    checks_module = "conformance.frameworks.openrlhf_checks"
+    checks_module = "conformance.frameworks.openrlhf.checks"
 
     # spec v1.1 keyword values that PolicyLoss's is_correction options cannot express (module docstring)
     unsupported_kwargs = {

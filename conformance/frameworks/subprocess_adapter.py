@@ -1,5 +1,5 @@
 """What the verl and OpenRLHF adapters share: a spec v1 NumPy adapter whose values come from a framework
-run in its own environment, through a worker process (``conformance/adapters/subprocess_worker.py``),
+run in its own environment, through a worker process (``conformance/frameworks/subprocess_worker.py``),
 and whose ``<function>_grad`` is the framework's autograd gradient for the given upstream.
 
 :class:`SubprocessAdapter` starts the worker (a missing environment is the ``AdapterLoadError`` of a
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from conformance.adapters.loading import AdapterLoadError
-from conformance.adapters.subprocess_worker import FrameworkUnavailable, get_worker
+from conformance.frameworks.subprocess_worker import FrameworkUnavailable, get_worker
 from conformance.frameworks import spec_io as io
 
 

@@ -35,6 +35,7 @@ from conformance.frameworks.checks import (
     B,
     Candidate,
     FunctionView,
+    Piece,
     aggregate_eval,
     broadcast_advantages,
     compose,
@@ -54,7 +55,6 @@ from conformance.frameworks.checks import (
 )
 from conformance.suite import RowResult
 from conformance.tolerances import tolerance
-from conformance.trl_checks import Piece
 
 DTYPE = "float32"
 KINKS = tuple(math.log(x) for x in (0.8, 1.2, 1.28, 3.0))

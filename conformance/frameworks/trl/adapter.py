@@ -15,7 +15,7 @@ What is called (trl 1.16.0 wheel; paths relative to the package root ``trl/``):
 | ``overlong_penalty`` | ``rewards/other_rewards.py::get_soft_overlong_punishment`` (:83-138), the reward function, on completions of the given lengths; ``factor`` is fixed at 1 (other values: not implemented) |
 | ``entropy_top_mask`` | ``GRPOTrainer.get_high_entropy_mask`` (``trainer/grpo_trainer.py:1380-1416``) with threshold ``1 - rho``, as ``_compute_loss`` calls it (:3049-3052), on a stand-in trainer whose accelerator simulates the data-parallel ranks (``SimulatedRanks``, below) |
 
-Extras that are not core-API functions (checked by ``conformance/trl_checks.py``):
+Extras that are not core-API functions (checked by ``conformance/frameworks/trl/checks.py``):
 ``grpo_loss`` (``GRPOTrainer._compute_loss``, ``grpo_trainer.py:3020-3292``) and ``rloo_loss``
 (``RLOOTrainer._compute_loss``, ``rloo_trainer.py:1794-1863``), driven on a tiny random-weight Llama with
 the gradient captured at the per-token log-probs, the final hidden states and the LM-head weight;
@@ -417,7 +417,7 @@ class TRLAdapter:
     def extra_rows(self, seed: int) -> list[Any]:
         """TRL-specific rows for `rlspec check`: every GRPO loss_type, the rollout corrections (IS ratio,
         OPSM) inside the GRPO loss, RLOO's loss, TRL's free helpers."""
-        from conformance.trl_checks import extra_rows
+        from conformance.frameworks.trl.checks import extra_rows
 
         return extra_rows(self, seed)
 

@@ -12,7 +12,7 @@ travel as ``{"__ndarray__": <base64 of the .npy bytes>}`` and are read back with
 ``numpy.load(..., allow_pickle=False)``, so values and dtypes are exact; Python floats are written
 with ``repr`` precision by ``json`` (exact round trip). A request is
 ``{"op": name, "arrays": {...}, "params": {...}, "wrt": [input names], "upstream": {output: array}}``;
-the worker runs the op (framework conventions: the op modules in ``conformance/frameworks/*_ops.py``
+the worker runs the op (framework conventions: the op modules in ``conformance/frameworks/<name>/ops.py``
 call the installed framework and nothing else), and when ``wrt`` is given it backpropagates
 ``sum(output * upstream)`` through autograd and returns d/d(input) for each named input. Its first
 line is a hello (framework version, Python, torch, how the framework was imported) or the import
@@ -46,9 +46,10 @@ from typing import Any
 import numpy as np
 
 PROTOCOL = 1
-FRAMEWORKS = ("verl", "openrlhf")
 HERE = Path(__file__).resolve().parent
-OPS_DIR = HERE.parent / "frameworks"
+# The frameworks that run in an environment of their own: every framework folder beside this file
+# with an install recipe (``<name>/requirements.txt``) and worker operations (``<name>/ops.py``).
+FRAMEWORKS = tuple(sorted(p.parent.name for p in HERE.glob("*/requirements.txt") if (p.parent / "ops.py").exists()))
 
 # ---------------------------------------------------------------------------------------------
 # Encoding (both sides)
@@ -86,7 +87,7 @@ def decode(obj: Any) -> Any:
 
 
 def _load_ops(framework: str) -> Any:
-    path = OPS_DIR / f"{framework}_ops.py"
+    path = HERE / framework / "ops.py"
     spec = importlib.util.spec_from_file_location(f"rlspec_{framework}_ops", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -394,6 +395,9 @@ def get_worker(framework: str) -> Worker:
 
 
 if __name__ == "__main__":
+    # Run as a script, this folder is sys.path[0]; it holds a folder per framework (``verl/``, ...)
+    # that would shadow the installed package of the same name.
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
     if len(sys.argv) != 2 or sys.argv[1] not in FRAMEWORKS:
         sys.stderr.write(f"usage: python subprocess_worker.py {{{'|'.join(FRAMEWORKS)}}}\n")
         sys.exit(2)

@@ -17,7 +17,7 @@ For spec v1.1's advantage estimators, every name in verl's ``ADV_ESTIMATOR_REGIS
 estimators (``NO_SPEC_ESTIMATOR``) and for any registered name this module does not know.
 
 Entry point: ``extra_rows(adapter, seed) -> list[RowResult]`` (``adapter`` is a
-``conformance.adapters.verl_adapter.VerlAdapter``). Row ids look like ``verl.agg_loss[seq-mean-token-mean,local]``,
+``conformance.frameworks.verl.adapter.VerlAdapter``). Row ids look like ``verl.agg_loss[seq-mean-token-mean,local]``,
 ``verl.policy_loss[vanilla,token-mean]``, ``verl.kl_penalty[k3+]``.
 
 How a loss row is checked: a seeded float32 batch (``checks.loss_batch``: ragged rows, left padding, a
@@ -54,7 +54,9 @@ from conformance.frameworks import spec_io as io
 from conformance.frameworks.checks import (
     NP,
     Candidate,
+    Comparison,
     FunctionView,
+    Piece,
     aggregate_eval,
     broadcast_advantages,
     compose,
@@ -75,7 +77,6 @@ from conformance.frameworks.checks import (
 from conformance.registry import BY_FUNCTION
 from conformance.suite import RowResult
 from conformance.tolerances import tolerance
-from conformance.trl_checks import Comparison, Piece
 
 DTYPE = "float32"  # the framework rows run in float32, verl's training dtype for these tensors
 MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
@@ -579,7 +580,7 @@ def estimator_rows(adapter: Any, seed: int) -> list[RowResult]:
         if name not in ESTIMATORS and name not in NO_SPEC_ESTIMATOR:
             rows.append(not_implemented_row(f"verl.{name}", "adv.*", f"verl.{name}", adapter,
                                             f"advantage estimator {name!r} is registered by this verl but has no configuration "
-                                            "in conformance/frameworks/verl_checks.py (ESTIMATORS)"))
+                                            "in conformance/frameworks/verl/checks.py (ESTIMATORS)"))
     return rows
 
 

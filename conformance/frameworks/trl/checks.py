@@ -4,7 +4,7 @@ and reward functions (``get_soft_overlong_punishment`` at every length around DA
 ``trl.get_soft_overlong_punishment``; spec v1.1 reward.overlong).
 
 Entry point: ``extra_rows(adapter, seed) -> list[RowResult]`` (``adapter`` is a
-``conformance.adapters.trl_adapter.TRLAdapter``), rows with ids like ``trl.grpo_loss[dapo,beta=0.04]``,
+``conformance.frameworks.trl.adapter.TRLAdapter``), rows with ids like ``trl.grpo_loss[dapo,beta=0.04]``,
 ``trl.rloo_loss[beta=0]``, ``trl.token_logprobs[bfloat16]``, ``trl.nanstd``,
 ``trl.get_high_entropy_mask[ranks=3,rho=0.2]``, ``trl.adaptive_entropy[rises,applied]``.
 
@@ -85,15 +85,15 @@ import itertools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 import oracle
-from conformance.adapters.trl_adapter import is_mode_to_spec
-from conformance.compare import Mismatch, compare, differences, greatest
+from conformance.frameworks.checks import Comparison, Piece, scaled
+from conformance.frameworks.trl.adapter import is_mode_to_spec
 from conformance.suite import RowResult, match_status, seeds_for
 from conformance.tolerances import Tol, tolerance
 
@@ -257,19 +257,6 @@ def opsm_threshold(batch: dict[str, torch.Tensor], logp: torch.Tensor) -> float:
 # ---------------------------------------------------------------------------------------------
 # Spec pieces with their vector-Jacobian products
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Piece:
-    """A per-token array of the spec composition and its VJP w.r.t. logp: ``vjp(u) = u · d value / d logp``."""
-
-    value: np.ndarray
-    vjp: Callable[[np.ndarray], np.ndarray]
-
-
-def scaled(piece: Piece, factor: np.ndarray) -> Piece:
-    """A piece times a constant [B, T] factor (no gradient through the factor)."""
-    return Piece(piece.value * factor, lambda u: piece.vjp(u * factor))
 
 
 def ppo_piece(lp, old, A, m, *, eps_low, eps_high, dual_clip=None) -> Piece:
@@ -653,29 +640,6 @@ def evaluate(run: dict[str, Any], comp: Composition) -> Evaluated:
 VALUE_TOL = tolerance("agg", "float32", "value")
 LOGP_GRAD_TOL = tolerance("loss.ppo", "float32", "grad")
 HEAD_GRAD_TOL = tolerance("logprob.fused", "float32", "grad")
-
-
-@dataclass
-class Comparison:
-    mismatches: list[Mismatch] = field(default_factory=list)
-    checks: dict[str, str] = field(default_factory=dict)
-    max_abs: float = 0.0
-    max_rel: float = 0.0
-
-    def add(self, what: str, actual: Any, expected: Any, tol: Tol) -> None:
-        a, e = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
-        mm = compare(a, e, tol, what=what)
-        self.checks[what] = "pass" if mm is None else "fail"
-        if mm is not None:
-            self.mismatches.append(mm)
-        if a.shape == e.shape and a.size:
-            diff, rel = differences(a, e, tol.atol)
-            self.max_abs = max(self.max_abs, greatest(diff)[0])
-            self.max_rel = max(self.max_rel, np.nan_to_num(greatest(rel)[0]))
-
-    @property
-    def ok(self) -> bool:
-        return not self.mismatches
 
 
 def compare_run(run: dict[str, Any], comp: Composition) -> tuple[Comparison, Evaluated]:

@@ -27,7 +27,7 @@ Checked per step (rows ``trl.grpo_step[k].<check>``, the table of ``rlspec check
 - ``logp``: the log-probs of the loss forward, the same way;
 - ``loss``: the loss value and its gradients w.r.t. the per-token log-probs, the final hidden states
   and the LM-head weight equal the spec composition of the configured ``loss_type`` (through
-  ``conformance.trl_checks.compositions``). TRL's fused head never materialises the logits, so
+  ``conformance.frameworks.trl.checks.compositions``). TRL's fused head never materialises the logits, so
   d loss/d logits is checked through its chain rule: d/d hidden = dz·W and d/d W = dzᵀ·h.
 """
 
@@ -47,10 +47,11 @@ import numpy as np
 import torch
 
 import oracle
+from conformance.frameworks.checks import Comparison
+from conformance.frameworks.trl.checks import compare_run, compositions
 from conformance.suite import RowResult, match_status
 from conformance.tolerances import tolerance
 from conformance.trainer_verify import expected_mask
-from conformance.trl_checks import Comparison, compare_run, compositions
 
 DEFAULT_TRL_CONFIG: dict[str, Any] = dict(
     loss_type="dapo",  # TRL 1.16's default

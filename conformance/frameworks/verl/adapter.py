@@ -2,8 +2,8 @@
 
 verl runs in its own environment (``rlspec frameworks install verl``; verl 0.9.1 requires
 ``transformers<5.11``, rlspec's TRL needs 5.24) and is driven through a worker process
-(``conformance/adapters/subprocess_worker.py``; the verl calls are in ``conformance/frameworks/verl_ops.py``;
-what the verl and OpenRLHF adapters share is ``conformance/adapters/subprocess_adapter.py``).
+(``conformance/frameworks/subprocess_worker.py``; the verl calls are in ``conformance/frameworks/verl/ops.py``;
+what the verl and OpenRLHF adapters share is ``conformance/frameworks/subprocess_adapter.py``).
 This adapter is therefore a NumPy adapter (``array_api = "numpy"``): values come from verl and each
 ``<function>_grad`` is verl's autograd gradient for the given upstream.
 
@@ -42,7 +42,7 @@ What is called (verl 0.9.1; paths relative to ``verl/``):
 | ``overlong_penalty`` | ``workers/reward_manager/dapo.py::DAPORewardManager`` (:121-127) on responses of the given lengths with a score of 0: the reward is the penalty (no floor beyond ``max_resp_len``: preset verl; float32, an int64 length tensor divided by an int); ``buffer = 0`` is refused by verl (:52-56): not implemented |
 
 Everything else verl computes as a scalar or with a setting the core API cannot ask for is checked by
-``conformance/frameworks/verl_checks.py`` (``extra_rows``): GRPO with and without std scaling, the
+``conformance/frameworks/verl/checks.py`` (``extra_rows``): GRPO with and without std scaling, the
 vectorised estimators, every ``agg_loss`` mode with and without global batch info and split over two
 data-parallel ranks, the aggregated policy and value losses (value and gradient), ``kl_penalty``'s
 ``"abs"`` and straight-through ``"+"`` names as ``kl_loss_term`` (spec v1.1 kl.loss) rows, GAE's whitened
@@ -79,7 +79,7 @@ The covariance-selected tokens of spec v1.1:
   ``clip_ratio_high``. verl draws the tokens it cuts with ``torch.randperm`` (core_algos.py:1823); the
   ``policy_loss`` op, given ``draws`` as ``clip_cov_draws``, makes that permutation the order of the
   draws over verl's own candidate list and returns verl's ``corr`` (:1808, :1828): the keep mask
-  (``conformance/frameworks/verl_ops.py`` says how). Its covariance is centred with ``masked_mean``,
+  (``conformance/frameworks/verl/ops.py`` says how). Its covariance is centred with ``masked_mean``,
   whose count carries ``+ 1e-8`` (:1812-1814): a relative 1e-8/N, never a decision off the registry's
   conditioning margin.
 - ``kl_cov_token_loss``: ``fraction``, ``coef`` -> ``PolicyLossConfig.kl_cov_ratio``, ``ppo_kl_coef``
@@ -146,7 +146,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.adapters.subprocess_adapter import SubprocessAdapter
+from conformance.frameworks.subprocess_adapter import SubprocessAdapter
 from conformance.frameworks import spec_io as io
 
 
@@ -155,7 +155,7 @@ class VerlAdapter(SubprocessAdapter):
 
     name = "verl"
     dtypes = ("float64", "float32")
-    checks_module = "conformance.frameworks.verl_checks"
+    checks_module = "conformance.frameworks.verl.checks"
     precision_notes = {
         # utils/torch_functional.py:308: masked_mean divides by (n + 1e-8); rollout_corr_helper.py:628-655
         # takes the batch mean with it (token level, and each row's weight at sequence level)

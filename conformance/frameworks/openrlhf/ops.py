@@ -1,9 +1,9 @@
-"""OpenRLHF operations for the subprocess worker (``conformance/adapters/subprocess_worker.py``).
+"""OpenRLHF operations for the subprocess worker (``conformance/frameworks/subprocess_worker.py``).
 
 Runs inside the OpenRLHF environment (``rlspec frameworks install openrlhf``); imports only torch,
 NumPy and OpenRLHF. Every op calls the installed OpenRLHF in its own conventions (``action_mask``,
 response tensors ``[B, A]``); the conversion to spec conventions is in
-``conformance/adapters/openrlhf_adapter.py``.
+``conformance/frameworks/openrlhf/adapter.py``.
 
 What is called (openrlhf 0.11.2; paths relative to ``openrlhf/``):
 

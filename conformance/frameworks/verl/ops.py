@@ -1,9 +1,9 @@
-"""verl operations for the subprocess worker (``conformance/adapters/subprocess_worker.py``).
+"""verl operations for the subprocess worker (``conformance/frameworks/subprocess_worker.py``).
 
 Runs inside the verl environment (``rlspec frameworks install verl``); imports only torch, NumPy and
 verl. Every op calls the installed verl and returns what verl returns, in verl's conventions
 (response tensors ``[B, R]`` with a ``response_mask``, group ids in ``index``, an ``ActorConfig`` for
-the policy losses). The conversion to spec conventions happens in ``conformance/adapters/verl_adapter.py``.
+the policy losses). The conversion to spec conventions happens in ``conformance/frameworks/verl/adapter.py``.
 
 What is called (verl 0.9.1, paths relative to the package root ``verl/``; line numbers as in
 peer-conventions.md, which match 0.9.1 up to about line 1600):
