@@ -223,9 +223,18 @@ def python_for(framework: str) -> tuple[str | None, str]:
     venv = env_python(framework)
     if venv.exists():
         return str(venv), str(venv.parent.parent)
-    if importlib.util.find_spec(framework) is not None:
+    if importlib.util.find_spec(_package(framework)) is not None:
         return sys.executable, "this interpreter"
     return None, ""
+
+
+def _package(framework: str) -> str:
+    """The import name of ``framework`` (``PACKAGE`` in its folder's ``__init__.py``, e.g. ``swift`` for
+    ms_swift; the folder's name by default)."""
+    try:
+        return getattr(importlib.import_module(f"conformance.frameworks.{framework}"), "PACKAGE", framework)
+    except ImportError:
+        return framework
 
 
 def _worker_env() -> dict[str, str]:
