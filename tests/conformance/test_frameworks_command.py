@@ -1,0 +1,45 @@
+"""`rlspec frameworks install`: every environment is attempted, in parallel with --jobs, and a failure
+names the framework and shows its log without stopping the others. (pip itself is replaced: the real
+installs run in CI's `rlspec frameworks install all`.)"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+
+from conformance import frameworks
+from conformance.commands import frameworks as command
+from conformance.frameworks import subprocess_worker
+
+
+def test_every_isolated_framework_folder_is_installable():
+    """The install list is the framework folders with a recipe and worker ops (adding one is a folder)."""
+    isolated = set(subprocess_worker.FRAMEWORKS)
+    assert {"verl", "openrlhf"} <= isolated <= set(frameworks.names())
+    for name in isolated:
+        assert (command.FRAMEWORKS_HOME / name / "requirements.txt").exists()
+        assert (command.FRAMEWORKS_HOME / name / "nodeps.txt").exists()
+
+
+def test_parallel_install_attempts_all_and_reports_the_failures(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("RLSPEC_FRAMEWORKS_DIR", str(tmp_path))
+    seen, threads = [], set()
+
+    def fake_install_one(name, *, force=False, log=None):
+        seen.append(name)
+        threads.add(threading.get_ident())
+        print(f"pip output of {name}", file=log)
+        return 1 if name == "verl" else 0
+
+    monkeypatch.setattr(command, "install_one", fake_install_one)
+    args = argparse.Namespace(which="all", force=False, jobs=3)
+    assert command.install(args) == 1
+    assert sorted(seen) == sorted(subprocess_worker.FRAMEWORKS)
+    err = capsys.readouterr().err
+    assert "not installed: verl" in err and "pip output of verl" in err  # the failed one's log tail
+    assert (tmp_path / "openrlhf.install.log").read_text().strip() == "pip output of openrlhf"
+
+
+def test_serial_install_succeeds_when_all_do(monkeypatch):
+    monkeypatch.setattr(command, "install_one", lambda name, *, force=False, log=None: 0)
+    assert command.install(argparse.Namespace(which="all", force=False, jobs=1)) == 0
