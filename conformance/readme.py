@@ -19,7 +19,9 @@ from conformance.tolerances import DEFAULT, OVERRIDES
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 API = spec.SPEC_DIR / "api.md"
-DOCUMENTS = (README, API)  # the files whose generated blocks `rlspec readme` writes and checks
+DOCS = README.parent / "docs"
+# the files whose generated blocks `rlspec readme` writes and checks
+DOCUMENTS = (README, API, *sorted(DOCS.glob("*.md")))
 BLOCK = re.compile(
     r"(<!-- BEGIN GENERATED: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
     re.S,
@@ -145,6 +147,50 @@ def _framework_cell(row: dict) -> str:
     return text + (f" ({'; '.join(marks)})" if marks else "")
 
 
+FAMILY_NAMES = {
+    "logprob": "log-probs and entropy", "adv": "advantage estimators", "reward": "rewards and shaping",
+    "kl": "KL estimators and the KL term", "loss": "policy and value losses", "agg": "loss aggregation",
+    "metric": "metrics", "offpolicy": "off-policy corrections", "select": "token selection",
+    "entropy": "entropy terms", "ctrl": "coefficient controllers",
+}
+
+
+def spec_summary() -> str:
+    """The quantities by family (the spec id's prefix), one line each."""
+    families: dict[str, list[str]] = {}
+    for q in REGISTRY:
+        families.setdefault(q.spec_id.split(".")[0], []).append(f"`{q.function}`")
+    lines = [f"{len(REGISTRY)} quantities, each with a spec section, a NumPy oracle (value and gradient), a "
+             "PyTorch refimpl, golden vectors and framework presets:", "",
+             "| family | quantities |", "|---|---|"]
+    for prefix, functions in families.items():
+        lines.append(f"| {FAMILY_NAMES.get(prefix, prefix)} (`{prefix}.*`) | {', '.join(dict.fromkeys(functions))} |")
+    return "\n".join(lines)
+
+
+def frameworks_summary() -> str:
+    """Per framework report: version and the count of every row status (framework rows included)."""
+    import json
+
+    statuses = ("pass", "preset", "variant", "fail", "error", "not_implemented")
+    lines = ["| framework | version | rows | " + " | ".join(s.replace("_", " ") for s in statuses)
+             + " | precision findings |", "|---|---|---|" + "---|" * (len(statuses) + 1)]
+    for name in frameworks.names():
+        path = README.parent / "conformance" / "reports" / f"{name}.json"
+        if not path.exists():
+            lines.append(f"| {name} | not installed (`rlspec frameworks install {name}`) |" + " |" * (len(statuses) + 2))
+            continue
+        data = json.loads(path.read_text())
+        version = next((a["version"] for a in data["adapters"] if a["name"] == name), "?")
+        checks = data["checks"]
+        counts = [sum(c["status"] == s for c in checks) for s in statuses]
+        findings = sum(len(c.get("precision_findings") or []) for c in checks)
+        cells = [str(n) if s not in ("fail", "error") or not n else f"**{n}**" for s, n in zip(statuses, counts)]
+        lines.append(f"| [{name}](conformance/reports/{name}.md) | {version} | {len(checks)} | " + " | ".join(cells)
+                     + f" | {findings} |")
+    return "\n".join(lines)
+
+
 def mutants_table() -> str:
     from conformance.mutants.base import mutants_table_markdown
 
@@ -169,6 +215,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "bench-cpu": bench_table("cpu"),
     "bench-gpu": bench_table("gpu"),
     "frameworks": frameworks_table,
+    "frameworks-summary": frameworks_summary,
+    "spec-summary": spec_summary,
     "mutants": mutants_table,
     "spec": spec_table,
     "presets": preset_table,

@@ -9,7 +9,7 @@ from conformance import readme
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("readme", help="regenerate or check the README and api.md tables made from code")
+    p = subparsers.add_parser("readme", help="regenerate or check the tables made from code in the README, docs/ and api.md")
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--write", action="store_true", help="rewrite the generated blocks")
     mode.add_argument("--check", action="store_true", help="exit 1 if a generated block is stale")

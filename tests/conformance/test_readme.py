@@ -42,3 +42,24 @@ def test_the_adapter_example_behaves_as_the_readme_says(monkeypatch):
     assert rows["token_logprobs"].status == "pass", rows["token_logprobs"].message
     assert rows["grpo_advantages"].status == "preset" and rows["grpo_advantages"].matched_preset == "trl"
     assert "eps=0.0001" in rows["grpo_advantages"].message
+
+
+@pytest.mark.parametrize("path", [readme.README, *sorted(readme.DOCS.glob("*.md"))], ids=lambda p: p.name)
+def test_relative_links_resolve(path):
+    """Every relative link of the README and docs/ points at a file or folder of the repository."""
+    broken = []
+    for url in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+        if re.match(r"^(https?:|mailto:|#)", url):
+            continue
+        target = (path.parent / url.split("#", 1)[0]).resolve()
+        if not target.exists():
+            broken.append(url)
+    assert broken == []
+
+
+def test_readme_is_a_five_minute_read():
+    """The README stays short (issue [18]: at most ~300 lines) and shows the two commands and the adapter
+    example before anything long."""
+    text = readme.README.read_text()
+    assert len(text.splitlines()) <= 300
+    assert text.index("## Two commands") < text.index("<!-- example: adapter -->") < text.index("## The frameworks under test")
