@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "conformance.commands.bench",
     "conformance.commands.train",
     "conformance.commands.e2e",
+    "conformance.commands.site",
 )
 
 

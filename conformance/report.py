@@ -258,10 +258,15 @@ def render_junit(report: Report) -> str:
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def write_outputs(report: Report, *, json_path: str | None, junit_path: str | None, markdown_path: str | None) -> None:
+def write_outputs(report: Report, *, json_path: str | None, junit_path: str | None, markdown_path: str | None,
+                  html_path: str | None = None) -> None:
     if json_path:
         Path(json_path).write_text(json.dumps(report.to_json(), indent=2, sort_keys=False) + "\n")
     if junit_path:
         Path(junit_path).write_text(render_junit(report))
     if markdown_path:
         Path(markdown_path).write_text(render_markdown(report))
+    if html_path:  # the matrix page of `rlspec site`, for this run (conformance/site/matrix.py)
+        from conformance.site.matrix import report_page
+
+        Path(html_path).write_text(report_page(report.to_json()), encoding="utf-8")

@@ -35,6 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="PATH", help="write the JSON report (schema report-v1)")
     p.add_argument("--junit", metavar="PATH", help="write a JUnit XML report")
     p.add_argument("--markdown", metavar="PATH", help="write a Markdown report")
+    p.add_argument("--html", metavar="PATH", help="write the run's conformance matrix as one self-contained HTML "
+                   "page (the matrix page of `rlspec site`, each cell's details on the same page)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--strict-precision", action="store_true",
                    help="judge every case at its input dtype's tolerance class: outputs of a coarser "
@@ -242,7 +244,8 @@ def run(args: argparse.Namespace) -> int:
         fail_on=args.fail_on,
     )
     print(reports.render_table(report))
-    reports.write_outputs(report, json_path=args.json, junit_path=args.junit, markdown_path=args.markdown)
+    reports.write_outputs(report, json_path=args.json, junit_path=args.junit, markdown_path=args.markdown,
+                          html_path=args.html)
     unloaded = [a for a in report.adapters if a.status != "ok"]
     if args.adapter and unloaded:  # asked for by name: a run without it is broken, not green
         raise BrokenRun("; ".join(f"adapter {a.ref!r} could not be loaded: {a.message}" for a in unloaded))
