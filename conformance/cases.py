@@ -643,6 +643,61 @@ def case_gpg_advantages(rng: np.random.Generator) -> Case:
                 {"singleton": str(rng.choice(["zero", "raw"]))})
 
 
+def _group_completions(rng: np.random.Generator, B: int, G: int, T: int) -> np.ndarray:
+    """[B, T] mask: each group's completions start at one column (its shared prompt), with lengths from
+    empty to the whole width, ties for the longest at times and masked tool tokens inside."""
+    mask = np.zeros((B, T), dtype=bool)
+    for g in range(B // G):
+        start = int(rng.integers(1, max(T // 2, 1) + 1))
+        lengths = rng.integers(0, T - start + 1, size=G)
+        if rng.random() < 0.25:  # a tie for the longest completion: no zero tail
+            lengths[int(rng.integers(0, G))] = lengths.max()
+        for i, length in enumerate(lengths):
+            b = g * G + i
+            mask[b, start:start + int(length)] = True
+            span = np.flatnonzero(mask[b])
+            if span.size >= 3 and rng.random() < 0.3:  # a tool observation inside the completion
+                mask[b, int(rng.choice(span[1:-1]))] = False
+    return mask
+
+
+def case_optimal_token_baseline_advantages(rng: np.random.Generator) -> Case:
+    """Groups whose completions start together (one prompt each) or ragged masks (any padding), tool
+    gaps and empty rows; outcome scores (all-equal groups at times) with or without dense rewards; sampled
+    tokens from confident to flat (Σπ² = π² + f·(1 - π)², f in [0, 1], the range a real distribution
+    allows, so w = (1 + f)·(1 - π)²); rollout IS weights of 1, truncated at 2, or with zeros; finite
+    garbage at masked positions."""
+    B, G = group_dims(rng)
+    T = int(rng.integers(2, 10))
+    mask = _group_completions(rng, B, G, T) if rng.random() < 0.6 else ragged_mask(rng, B, T)
+    scores = group_rewards(rng, B, G)
+    rewards = _outcome_token_rewards(rng, mask)
+    for b in range(B):  # the group's scores on each row's last valid token
+        valid = np.flatnonzero(mask[b])
+        if valid.size:
+            rewards[b, valid[-1]] = scores[b] + (rewards[b, valid[-1]] if rng.random() < 0.3 else 0.0)
+    old_logp = logprobs_like(rng, (B, T))
+    pi = np.exp(old_logp)
+    spread = rng.choice([0.0, 1.0, 0.5]) if rng.random() < 0.3 else rng.uniform(0.0, 1.0, size=(B, T))
+    sum_pi_squared = pi**2 + spread * (1.0 - pi) ** 2
+    kind = rng.choice(["ones", "truncated", "masked"])
+    weights = np.ones((B, T)) if kind == "ones" else np.minimum(np.exp(rng.normal(0.0, 0.4, size=(B, T))), 2.0)
+    if kind == "masked":
+        weights = np.where(rng.random((B, T)) < 0.2, 0.0, weights)
+    garbage = rng.uniform(-3.0, 3.0, size=(3, B, T))
+    return Case(
+        "optimal_token_baseline_advantages",
+        {"token_rewards": rewards, "mask": mask, "group_size": G, "old_logp": np.where(mask, old_logp, garbage[0]),
+         "sum_pi_squared": np.where(mask, sum_pi_squared, garbage[1]), "is_weights": np.where(mask, weights, garbage[2])},
+        {
+            "align": str(rng.choice(["position", "valid_token"])),
+            "zero_tail": bool(rng.random() < 0.7),
+            "tail_length": str(rng.choice(["extent", "count"])),
+            "eps": float(rng.choice([0.0, 1e-8, 1e-3])),
+        },
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Spec v1.1: reward shaping before the advantage (api.md "Spec v1.1: reward shaping")
 # ---------------------------------------------------------------------------------------------
@@ -990,6 +1045,7 @@ GENERATORS: dict[str, Callable[[np.random.Generator], Case]] = {
     "gdpo_advantages": case_gdpo_advantages,
     "maxrl_advantages": case_maxrl_advantages,
     "gpg_advantages": case_gpg_advantages,
+    "optimal_token_baseline_advantages": case_optimal_token_baseline_advantages,
     "overlong_penalty": case_overlong_penalty,
     "shaped_rewards": case_shaped_rewards,
     "kl_loss_term": case_kl_loss_term,

@@ -669,6 +669,17 @@ REGISTRY: tuple[QuantityInfo, ...] = (
         variants={"singleton": ("zero", "raw")},
         stop_grad_args=("rewards",),
     ),
+    # The per-token optimal baseline reads per-token inputs (masked positions never read) and groups; the
+    # question is the estimator verl registers (align) and its zero-tail switch.
+    QuantityInfo(
+        "optimal_token_baseline_advantages",
+        "adv.optimal_token_baseline",
+        output="pair",
+        invariants=("mask", "group_permutation"),
+        question=("align", "zero_tail"),
+        variants={"eps": (0.0, 1e-8), "tail_length": ("extent", "count")},
+        stop_grad_args=("token_rewards", "old_logp", "sum_pi_squared", "is_weights"),
+    ),
     # spec v1.1: reward shaping before the advantage (api.md "Spec v1.1: reward shaping"). Sequence-level
     # [B] constants: no mask, no gradient. overlong_penalty's inputs are integers (no dtype to round to).
     QuantityInfo(

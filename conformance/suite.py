@@ -500,7 +500,8 @@ def _match(record: QuantityInfo, sem: _Semantics) -> tuple[str | None, dict[str,
     assert sem.split is not None
     key, found = sem.split
     matched = {v: e for v, e in found.items() if e.variant}
-    names = ", ".join(sorted({n for e in matched.values() for n in _names_of(record, e.variant)})) or None
+    union = {n for e in matched.values() for n in _names_of(record, e.variant)}
+    names = ", ".join(n for n in record.presets if n in union) or None  # in PRESETS order, as _names_of
     parts = []
     for value, e in matched.items():
         own = ", ".join(_names_of(record, e.variant))

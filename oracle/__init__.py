@@ -15,6 +15,7 @@ from oracle.estimators import (
     grpo_passk_advantages,
     maxrl_advantages,
     opo_advantages,
+    optimal_token_baseline_advantages,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
     remax_advantages,
@@ -140,6 +141,7 @@ __all__ = [
     "gdpo_advantages",
     "maxrl_advantages",
     "gpg_advantages",
+    "optimal_token_baseline_advantages",  # adv.optimal_token_baseline (spec v1.1)
     # kl.loss (spec v1.1: the KL term's value and gradient as it enters a loss)
     "kl_loss_term",
     "kl_loss_term_grad",

@@ -1,6 +1,6 @@
 """Advantage estimators beyond GRPO/RLOO/GAE (spec v1.1, ids ``adv.reinforce_pp``,
 ``adv.reinforce_pp_baseline``, ``adv.remax``, ``adv.opo``, ``adv.grpo_passk``, ``adv.gdpo``,
-``adv.maxrl``, ``adv.gpg``).
+``adv.maxrl``, ``adv.gpg``, ``adv.optimal_token_baseline``).
 
 Groups are contiguous blocks of ``group_size`` rows, as in ``oracle.advantages``. Advantages are
 constants for every loss: no function here has a gradient.
@@ -37,6 +37,7 @@ __all__ = [
     "gdpo_advantages",
     "maxrl_advantages",
     "gpg_advantages",
+    "optimal_token_baseline_advantages",
 ]
 
 SINGLETONS = ("zero", "raw")
@@ -458,3 +459,136 @@ def gpg_advantages(rewards, group_size, *, singleton="zero"):
         for i in members:
             A[i] = alpha * (r[i] - mu_g)
     return A
+
+
+# ----------------------------------------------------------------------------------------------
+# adv.optimal_token_baseline
+# ----------------------------------------------------------------------------------------------
+
+ALIGNMENTS = ("position", "valid_token")
+TAIL_LENGTHS = ("extent", "count")
+
+
+def optimal_token_baseline_advantages(token_rewards, mask, group_size, old_logp, sum_pi_squared, is_weights=None, *,
+                                      align="position", zero_tail=True, tail_length="extent", eps=0.0):
+    """Optimal Token Baseline: per group and aligned step, the return-to-go weighted by each path's
+    cumulative variance proxy W is the baseline of that step.
+
+    Spec: adv.optimal_token_baseline (v1), added by spec v1.1
+    Equation (row b, valid positions t_1 < … < t_n, n = l_b; r = token_rewards, π_t = exp(old_logp[b, t]),
+    S_t = sum_pi_squared[b, t] = Σ_v π_v², ρ_t = is_weights[b, t]):
+        G_{t_k} = Σ_{j ≥ k} r_{t_j}                          return-to-go over valid tokens (returns)
+        w_t     = 1 − 2π_t + S_t   (times ρ_t² when is_weights is given)
+        W_{t_k} = Σ_{j ≤ k} w_{t_j}                          cumulative path-variance proxy
+        aligned step u of token t_k:  u = t_k ("position": the column)  or  u = k ("valid_token":
+                 the index among the row's valid tokens; tool tokens between them do not count)
+        group g, step u, P = the members with a token at step u:
+            B_u = Σ_{i∈P} G_i(u)·W_i(u) / (Σ_{i∈P} W_i(u) + eps)      (0 where the denominator is 0)
+        group_size 1: B = 0 (no baseline)
+        zero tail (zero_tail, G ≥ 2): with e_i a member's extent on the step axis ("extent":
+            1 + its last valid position for "position", l_i for "valid_token"), if one member i*
+            has the largest extent alone, B = 0 at its steps u ≥ c, c the largest extent of the
+            others (there i* is the only member present). tail_length="count" (verl's
+            optimal_token_baseline): e_i = l_i, and for "position" the cut is the column s_g + c,
+            s_g the group's first valid position (the second-longest count laid out from the start
+            of the group's completions); for "valid_token" the two rules agree.
+        A_t = G_t − B_u(t) at valid positions
+    Source: Li et al., "The Optimal Token Baseline: Variance Reduction for Long-Horizon LLM-RL",
+        arXiv:2602.07078 (B_t* = E[G_t·W_t] / E[W_t], W_t the cumulative squared score norm, and the
+        Logit-Gradient Proxy ‖s_t‖² ≈ 1 − 2π_t + Σπ²); verl ``optimal_token_baseline`` and
+        ``tir_optimal_token_baseline`` (the tool-integrated, valid-token-aligned form).
+    Shapes: token_rewards, old_logp, sum_pi_squared, is_weights (None or) [B, T]; mask [B, T]; group_size G
+        dividing B -> (advantages, returns), [B, T] each, float64.
+    Edge cases: masked positions are never read and are 0 in both outputs; a row with no valid token
+        weighs nothing; every present member with the same return gives B = that return (A = 0
+        exactly when eps = 0); a step with one member present has B = its own return unless the zero
+        tail applies; a tie for the largest extent has no zero tail; old_logp > 0 (not a log-prob)
+        and is_weights < 0 are ValueErrors.
+    """
+    fn = "optimal_token_baseline_advantages"
+    mask = check_mask(fn, mask)
+    r = check_token_array(fn, "token_rewards", token_rewards, mask)
+    G = check_group_size(fn, group_size, mask.shape[0])
+    lp = check_token_array(fn, "old_logp", old_logp, mask)
+    s2 = check_token_array(fn, "sum_pi_squared", sum_pi_squared, mask)
+    rho = None if is_weights is None else check_token_array(fn, "is_weights", is_weights, mask)
+    align = check_choice(fn, "align", align, ALIGNMENTS)
+    zero_tail = check_bool(fn, "zero_tail", zero_tail)
+    tail_length = check_choice(fn, "tail_length", tail_length, TAIL_LENGTHS)
+    eps = check_real(fn, "eps", eps, ge=0.0)
+    r, lp, s2 = to_float64(r), to_float64(lp), to_float64(s2)
+    rho = None if rho is None else to_float64(rho)
+    B, T = mask.shape
+    for b in range(B):
+        for t in range(T):
+            if mask[b, t] and lp[b, t] > 0:
+                raise ValueError(f"{fn}: old_logp: expected log-probabilities <= 0 at valid positions, "
+                                 f"got {lp[b, t]!r} at {(b, t)}")
+            if mask[b, t] and rho is not None and rho[b, t] < 0:
+                raise ValueError(f"{fn}: is_weights: expected weights >= 0 at valid positions, "
+                                 f"got {rho[b, t]!r} at {(b, t)}")
+
+    # G_t (return-to-go) and W_t (cumulative w) over each row's valid tokens
+    returns = np.zeros((B, T), dtype=np.float64)
+    W = np.zeros((B, T), dtype=np.float64)
+    valid = [[t for t in range(T) if mask[b, t]] for b in range(B)]
+    for b in range(B):
+        G_t = 0.0
+        for t in reversed(valid[b]):
+            G_t = r[b, t] + G_t
+            returns[b, t] = G_t
+        W_t = 0.0
+        for t in valid[b]:
+            pi_t = np.exp(lp[b, t])
+            w_t = 1.0 - 2.0 * pi_t + s2[b, t]
+            if rho is not None:
+                w_t = w_t * rho[b, t] ** 2
+            W_t = W_t + w_t
+            W[b, t] = W_t
+
+    # each row's tokens by aligned step u: {u: t}
+    steps = [{(t if align == "position" else k): t for k, t in enumerate(valid[b])} for b in range(B)]
+
+    baseline = np.zeros((B, T), dtype=np.float64)
+    for members in _groups(B, G):
+        if G == 1:
+            continue  # a group of one has no baseline: A = G
+        for u in sorted({u for i in members for u in steps[i]}):
+            present = [(i, steps[i][u]) for i in members if u in steps[i]]
+            returns_u = [returns[i, t] for i, t in present]
+            S = 0.0
+            for i, t in present:
+                S += W[i, t]
+            if S + eps == 0:
+                B_u = 0.0
+            elif eps == 0 and all(g == returns_u[0] for g in returns_u):
+                B_u = returns_u[0]  # the weighted mean of equal returns is that return, exactly
+            else:
+                numerator = 0.0
+                for i, t in present:
+                    numerator += returns[i, t] * W[i, t]
+                B_u = numerator / (S + eps)
+            for i, t in present:
+                baseline[i, t] = B_u
+
+        if not zero_tail:
+            continue
+        by_count = tail_length == "count" or align == "valid_token"
+        extent = {i: len(valid[i]) if by_count else (valid[i][-1] + 1 if valid[i] else 0) for i in members}
+        longest = max(extent.values())
+        holders = [i for i in members if extent[i] == longest]
+        if len(holders) != 1:
+            continue  # a tie for the longest: no zero tail
+        i_star = holders[0]
+        c = max(extent[j] for j in members if j != i_star)
+        if align == "position" and tail_length == "count":
+            c = min(valid[i][0] for i in members if valid[i]) + c  # s_g + the second-longest count
+        for u, t in steps[i_star].items():
+            if u >= c:
+                baseline[i_star, t] = 0.0
+
+    advantages = np.zeros((B, T), dtype=np.float64)
+    for b in range(B):
+        for t in valid[b]:
+            advantages[b, t] = returns[b, t] - baseline[b, t]
+    return advantages, returns

@@ -7,9 +7,10 @@ default; an absent function, or an empty dict, means that the framework's defaul
 for everything the v1 keywords can express. Deviations that the v1 keywords cannot express are
 listed in ``NOT_EXPRESSIBLE`` (one line each) and never appear in ``PRESETS``.
 
-``PRESETS[preset][function] -> {keyword: value}``; presets are ``trl``, ``verl``, ``openrlhf``,
-``open_instruct``, ``rlhf_book``, ``areal`` and, for the quantities read from their source without an
-adapter yet, ``skyrl``, ``torchrl``, ``ms_swift`` and ``oat`` (``PRESET_NAMES``). Use ``preset_kwargs(preset, function)`` to get a copy, e.g.
+``PRESETS[preset][function] -> {keyword: value}``; presets are the nine frameworks checked through their
+installed code (``trl``, ``verl``, ``openrlhf``, ``skyrl``, ``areal``, ``ms_swift``, ``torchrl``, ``torchtune``,
+``tinker_cookbook``: one folder each under ``conformance/frameworks/``) and three read from their source
+(``open_instruct``, ``rlhf_book``, ``oat``); ``PRESET_NAMES`` lists them. Use ``preset_kwargs(preset, function)`` to get a copy, e.g.
 ``oracle.grpo_advantages(r, 4, **preset_kwargs("trl", "grpo_advantages"))``. ``<name>_grad`` accepts
 the same keywords as ``<name>``, so ``preset_kwargs`` also answers for gradient names.
 
@@ -28,15 +29,16 @@ Sources (facts from shared/reference/peer-conventions.md, spot-checked against t
 Spec v1.1 functions (``rollout_is_weights``, ``rollout_rejection_mask``, ``decoupled_ppo_token_loss``,
 ``proximal_logp_interpolation``, ``off_policy_sequence_mask``; api.md "Spec v1.1") were checked in the
 installed code: trl 1.16.0 (site-packages ``trl/...``), verl 0.9.1 and openrlhf 0.11.2 (the release
-wheels under ``~/.cache/rlspec/frameworks/``), areal 1.0.4 (the release wheel, unpacked); ``areal``
-names only spec v1.1 functions.
+wheels under ``~/.cache/rlspec/frameworks/``), areal 1.0.4 (the release wheel, unpacked). The ``areal``
+preset was then verified, and extended to the spec v1 functions AReaL computes, in the installed areal 1.0.4
+(``conformance/frameworks/areal/``).
 
 Spec v1.1 policy losses (``sapo_token_loss``, ``gmpo_token_loss``, ``dppo_token_loss``,
 ``dro_token_loss``; api.md "Spec v1.1: policy losses of 2025-26") were checked in the same installed
 code: trl 1.16.0 (``trl/trainer/grpo_trainer.py``, ``trl/experimental/gmpo/``), verl 0.9.1
 (``verl/trainer/ppo/core_algos.py``, ``verl/workers/config/actor.py``), areal 1.0.4
-(``areal/utils/functional/functional.py``, ``areal/api/cli_args.py``). SkyRL and ms-swift, which also
-implement SAPO, are not installed and not checked.
+(``areal/utils/functional/functional.py``, ``areal/api/cli_args.py``); ms-swift's and SkyRL's SAPO in
+ms-swift 4.6.0 and skyrl 0.3.0 (their folders under ``conformance/frameworks/`` cite the lines).
 
 ``kl_loss_term`` (spec v1.1 kl.loss: the KL term's value and gradient in a loss) was checked in trl 1.16.0
 (``grpo_trainer.py``, ``grpo_config.py``), verl 0.9.1 (``core_algos.py`` kl_penalty, ``workers/config/actor.py``)
@@ -48,7 +50,8 @@ The entropy terms and controllers (``entropy_top_mask``, ``entropy_bonus``, ``kl
 controllers") were checked in trl 1.16.0 (``grpo_trainer.py``, ``grpo_config.py``), verl 0.9.1
 (``core_algos.py`` AdaptiveKLController, ``workers/utils/losses.py``) and openrlhf 0.11.2
 (``trainer/ppo_utils/kl_controller.py``, ``trainer/ray/ppo_actor.py``): every framework default is
-canonical or a required keyword's default; ms-swift and torchrl were read from their source (cited).
+canonical or a required keyword's default; ms-swift's, SkyRL's and torchrl's were then checked in their
+installed code too (their folders under ``conformance/frameworks/``).
 
 The reward shaping of spec v1.1 (``overlong_penalty``, ``shaped_rewards``; api.md "Spec v1.1: reward
 shaping") was checked in trl 1.16.0 (``trl/rewards/other_rewards.py``), verl 0.9.1
@@ -60,16 +63,16 @@ and read from the source of ms-swift (modelscope/ms-swift @ 20ec461, ``swift/rew
 
 The covariance-selected tokens (``clip_cov_mask``, ``kl_cov_token_loss``; api.md "Spec v1.1:
 covariance-selected tokens") were checked in verl 0.9.1 (``core_algos.py`` clip_cov / kl_cov,
-``workers/config/actor.py``) and read from the source of SkyRL (NovaSky-AI/SkyRL @ 03d74ca,
-``skyrl/backends/skyrl_train/utils/ppo_utils.py``; its config @ 14f8f9b); TRL, OpenRLHF and AReaL have
-neither.
+``workers/config/actor.py``) and skyrl 0.3.0 (the release wheel, ``skyrl/backends/skyrl_train/utils/ppo_utils.py``,
+``skyrl/train/config/config.py``); TRL, OpenRLHF and AReaL have neither.
 
 The advantage estimators of spec v1.1 (``reinforce_pp_advantages``, ``reinforce_pp_baseline_advantages``,
 ``remax_advantages``, ``opo_advantages``, ``grpo_passk_advantages``, ``gdpo_advantages``, ``maxrl_advantages``,
-``gpg_advantages``; api.md "Spec v1.1: advantage estimators") and ``rloo_advantages``' ``singleton`` were
-checked in verl 0.9.1 (``verl/trainer/ppo/core_algos.py`` registry, ``ray_trainer.py``), openrlhf 0.11.2
-(``trainer/ppo_utils/experience_maker.py``) and trl 1.16.0 (``grpo_trainer.py``, GDPO), and read from the
-source of SkyRL (NovaSky-AI/SkyRL @ 03d74ca, ``skyrl/backends/skyrl_train/utils/ppo_utils.py``) and ms-swift
+``gpg_advantages``, ``optimal_token_baseline_advantages``; api.md "Spec v1.1: advantage estimators") and
+``rloo_advantages``' ``singleton`` were checked in verl 0.9.1 (``verl/trainer/ppo/core_algos.py`` registry,
+``ray_trainer.py``), openrlhf 0.11.2
+(``trainer/ppo_utils/experience_maker.py``), trl 1.16.0 (``grpo_trainer.py``, GDPO) and skyrl 0.3.0 (the release
+wheel, ``skyrl/backends/skyrl_train/utils/ppo_utils.py``), and read from the source of ms-swift
 (modelscope/ms-swift @ 070fedc, ``swift/rl_core/advantage.py``); a framework without an estimator has no
 entry for it (its column reads "canonical" in the README table only by the convention above).
 
@@ -143,6 +146,7 @@ FUNCTIONS = (
     "gdpo_advantages",
     "maxrl_advantages",
     "gpg_advantages",
+    "optimal_token_baseline_advantages",
 )
 
 PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
@@ -237,6 +241,13 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # ("grpo_passk", :471-530: torch.topk(rewards, 2), unbiased std + 1e-6; fewer than 2 samples
         # raise, as the spec does). gdpo is verl's per-reward grpo (singleton "raw") then masked_whiten over
         # tokens: see NOT_EXPRESSIBLE.
+        # "optimal_token_baseline" (:871-987) and "tir_optimal_token_baseline" (:990-1121; align="valid_token"):
+        # the baseline's denominator is sum W + epsilon, 1e-8 (:965, :1094); the zero tail counts each row's
+        # response tokens (mask.sum(-1), :975) and zeroes baselines[i*, second_max_length:] (:982), the count
+        # used as a column of the response tensor (tail_length="count"; with valid-token alignment, :1108, it
+        # is the canonical rule). The trainer passes neither handle_zero_tail nor epsilon (ray_trainer.py:
+        # 264-276): zero_tail=True (canonical) and epsilon=1e-8 always.
+        "optimal_token_baseline_advantages": {"eps": 1e-8, "tail_length": "count"},
         # verl/trainer/ppo/core_algos.py:2187-2250 @ 1dda039: k3 ("low_var_kl", the default
         # kl_loss_type of the use_kl_loss path) clamps ref - logp to +-20 and the result to +-10. k1
         # and k2 are unclamped there, so this entry is the k3 loss-path default; verl's in-reward
@@ -408,7 +419,29 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # kl3 (and kl1) are not Schulman's estimators: see NOT_EXPRESSIBLE.
     },
     "areal": {
-        # areal/utils/functional/functional.py:185-426 (apply_rejection_sampling) with the
+        # Verified in the installed areal 1.0.4 (conformance/frameworks/areal/, the release wheel; paths in areal/).
+        # utils/data.py:1598-1656 KLEstimator(apply_clamp=True) clamps every estimate to [-10, 10] (:1655-1656);
+        # the PPO actor builds KLEstimator(config.kl_estimator) (trainer/ppo/actor.py:53), k1 by default.
+        "kl_penalty": {"clamp": 10.0},
+        # utils/data.py:1378-1496 Normalization: (r - group mean) / (group std + eps), std_unbiased True and eps
+        # 1e-5 by default (api/cli_args.py:64-75), as reward_norm / adv_norm with mean_level and std_level "group".
+        "grpo_advantages": {"eps": 1e-5},
+        # utils/data.py:1430-1434: mean_leave1out with group_size 1 takes a group mean of 0, so A = r.
+        "rloo_advantages": {"singleton": "raw"},
+        # functional.py:501-520: importance_sampling_level="sequence" (GSPO) clips with the PPO eps_clip, 0.2 by
+        # default (api/cli_args.py:1460-1462), and no eps_clip_higher; the gradient flows through the geometric
+        # mean (:56-149, the sequence form).
+        "gspo_token_loss": {"eps_low": 0.2, "eps_high": 0.2},
+        # api/cli_args.py:1659-1661: PPOCriticConfig.eps_clip 0.5; ppo_critic_loss_fn (functional.py:714-778,
+        # mse) is 0.5 * max((V - R)^2, (V_clipped - R)^2).
+        "value_token_loss": {"clip": 0.5},
+        # Canonical, so absent: token_logprobs / token_entropy (utils/functional/vocab_parallel.py:15-29,
+        # log_softmax(logits.float() / temperature)); reinforce_advantages (Normalization with mean_level "batch" or
+        # None, std_level None); opo_advantages (adv_norm with mean_level "group", std_level None over the loss mask:
+        # the length-weighted group mean); gae (actor.py:214-236, discount and gae_lambda 1.0, masked positions
+        # skipped); ppo_token_loss / ppo_clipped_mask (functional.py:429-559: eps_clip 0.2 both sides unless
+        # eps_clip_higher, c_clip None, no log-ratio clamp); whiten and rlhf_token_rewards (see NOT_EXPRESSIBLE).
+        # functional.py:185-426 (apply_rejection_sampling) with the
         # RejectionSamplingConfig defaults level="token", action="mask", metric="ratio", agg="mean",
         # upper=5.0, lower=None (areal/api/cli_args.py:1316-1380). "kl_k1..3" call
         # KLEstimator._compute_approx_kl(proximal, behave) (functional.py:242), i.e. d = proximal -
@@ -416,7 +449,8 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # kl_of="old_rollout" with old = proximal and rollout = behaviour.
         "rollout_rejection_mask": {"kl_of": "old_rollout", "hi": 5.0},
         # functional.py:231, :391-400, :420: w = exp(proximal - behave) zeroed where rejected (ratio, token,
-        # mask); action="clamp" is mode="truncate" with lo = lower.
+        # mask); action="clamp" is mode="truncate" with lo = lower. (level "token" by default; at level
+        # "sequence" the weight is the geometric mean whatever agg: NOT_EXPRESSIBLE.)
         "rollout_is_weights": {"mode": "mask", "hi": 5.0},
         # functional.py:429-560 (ppo_actor_loss_fn): PPO against proximal_logprobs, times
         # behave_imp_weight = the masked w above (:539); the denominator counts rejected tokens
@@ -443,60 +477,159 @@ PRESETS: Dict[str, Dict[str, Dict[str, object]]] = {
         # result since 0 lies inside +-reward_clip).
         "shaped_rewards": {"clip_low": -20.0, "clip_high": 20.0},
     },
-    # --- frameworks without an adapter yet: the quantities read from their source (cited per line) ---
+    "tinker_cookbook": {
+        # tinker-cookbook 0.6.1 (the release wheel, conformance/frameworks/tinker_cookbook/):
+        # tinker_cookbook/rl/data_processing.py:24-43 compute_advantages: rewards_G - rewards_G.mean() per
+        # TrajectoryGroup (:38-40), no standard deviation and no setting for one; a one-sample group gives 0
+        # (singleton "zero", canonical). The policy losses run on the Tinker service (not read).
+        "grpo_advantages": {"scale": "none"},
+        # Canonical, so absent: kl_penalty (rl/metrics.py:208-213: the KL penalty folded into the advantages
+        # is built from k1 = sampled logp - reference logp, no clamp; see NOT_EXPRESSIBLE).
+    },
+    # --- the frameworks added in spec v1.1, each checked through its installed code (its folder under
+    # conformance/frameworks/ says what is called); OAT only read from its source ---
     "skyrl": {
-        # NovaSky-AI/SkyRL @ 03d74ca, skyrl/backends/skyrl_train/utils/ppo_utils.py
-        # compute_policy_loss_cispo: -A * clamp(exp(clamp(d, +-20)), 1 - cispo_eps_clip_low,
-        # 1 + cispo_eps_clip_high).detach() * logp; CISPOConfig defaults 0.0 / 5.0
-        # (skyrl/train/config/config.py): w in [1, 6]. The +-20 log clamp cannot move w inside [1, 6].
+        # skyrl 0.3.0 (the release wheel, checked through conformance/frameworks/skyrl/; S =
+        # skyrl/backends/skyrl_train/utils/ppo_utils.py, SO = .../off_policy_correction_utils.py, TU =
+        # .../torch_utils.py, C = skyrl/train/config/config.py, TR = skyrl/train/trainer.py).
+        # S:1287-1336 compute_grpo_outcome_advantage: unbiased torch.std + epsilon 1e-6 (canonical); a one-sample
+        # group gets mean 0 and std 1 (:1321-1323), A = r / (1 + 1e-6), as verl.
+        "grpo_advantages": {"singleton": "raw"},
+        # S:88-125 compute_approx_kl: k1, k2 and "abs" unclamped; k3 clamps ref - logp to +-20 and the estimate to
+        # +-10 (:110-117), verl's; kl_estimator_type defaults to "k3" (C:602) for the KL loss and the KL reward.
+        "kl_penalty": {"estimator": "k3", "log_ratio_clamp": 20.0, "clamp": 10.0},
+        # spec v1.1 kl.loss: the same compute_approx_kl in the loss (workers/worker.py:970-980), differentiated as
+        # computed (gradient="estimator"); k3's clamps as verl's (the +-20 one never decides once the estimate is
+        # clamped at 10).
+        "kl_loss_term": {"clamp": 10.0},
+        # S:554-586 ppo_policy_loss: ratio = safe_exp_delta(d, clip=20.0) = exp(clamp(d, +-20)) (:566, TU:187-192;
+        # computed in float32); eps_clip_low / _high 0.2 / 0.2 (C:633-634); dual clip only with policy_loss_type
+        # "dual_clip" (clip_ratio_c 3.0, C:635), off by default ("regular", C:619).
+        "ppo_token_loss": {"log_ratio_clamp": 20.0},
+        # S:662-728 gspo_policy_loss: log s_i,t = logp - sg(logp) + sg(masked mean of d) (:700-706, the per-token
+        # stop-gradient form), clamp(max=10) on it (:708: see NOT_EXPRESSIBLE), the PPO clip with eps_clip_low /
+        # _high 0.2 / 0.2.
+        "gspo_token_loss": {"form": "token_sg", "eps_low": 0.2, "eps_high": 0.2},
+        # S:731-764 compute_policy_loss_cispo: -A * clamp(safe_exp_delta(d, clip=20), 1 - cispo_eps_clip_low,
+        # 1 + cispo_eps_clip_high).detach() * logp (:749-751); CISPOConfig defaults 0.0 / 5.0 (C:541-545): w in
+        # [1, 6]. The +-20 log clamp cannot move w inside [1, 6].
         "cispo_token_loss": {"eps_low": 0.0, "eps_high": 5.0},
-        # NovaSky-AI/SkyRL @ 03d74ca, ppo_utils.py compute_policy_loss_kl_cov: verl's KL-Cov with
-        # KLCovConfig kl_cov_frac = 0.2 and ppo_kl_coef = 1.0 (skyrl/train/config/config.py @ 14f8f9b);
-        # compute_policy_loss_clip_cov with ClipCovConfig 2e-4 / 1.0 / 5.0 and eps_clip_low / _high 0.2 is
-        # canonical (absent).
+        # S:155-173 ppo_critic_loss: 0.5 * max((V_clipped - R)^2, (V - R)^2) with value_clip 0.2 (C:643), then
+        # masked_mean(dim=-1).mean() (seq_mean_token_mean).
+        "value_token_loss": {"clip": 0.2},
+        # S:589-659 sapo_policy_loss: d clamped to +-20 before exp (:632); tau_pos / tau_neg 1.0 / 1.05 (C:508-510,
+        # canonical); tau_pos where A > 0 (:638-642); L = -gate * A (:648).
+        "sapo_token_loss": {"log_ratio_clamp": 20.0},
+        # S:944-996 compute_policy_loss_kl_cov: verl's KL-Cov with KLCovConfig kl_cov_frac = 0.2 and ppo_kl_coef =
+        # 1.0 (C:533-537); compute_policy_loss_clip_cov (:881-941) with ClipCovConfig 2e-4 / 1.0 / 5.0 (C:524-529) and
+        # eps_clip_low / _high 0.2 is canonical (absent). No log-ratio clamp in either (:903, :964).
         "kl_cov_token_loss": {"fraction": 0.2, "coef": 1.0},
-        # NovaSky-AI/SkyRL @ 03d74ca, ppo_utils.py compute_reinforce_plus_plus_outcome_advantage ("ported
-        # from verl"): running = r_t + gamma * running, then running *= response_mask[t] ("Reset after
-        # EOS"): a masked position inside a completion ends the return (gap="reset"), then masked_whiten
-        # (unbiased, + 1e-8). That reset is the behaviour verl#6376/#7278 fixed in verl.
+        # S:1167-1199 compute_reinforce_plus_plus_outcome_advantage ("ported from verl"): running = r_t + gamma *
+        # running, then running *= response_mask[t] ("Reset after EOS", :1192-1194): a masked position inside a
+        # completion ends the return (gap="reset"), then masked_whiten (unbiased, + 1e-8). That reset is the
+        # behaviour verl#6376/#7278 fixed in verl.
         "reinforce_pp_advantages": {"gap": "reset"},
-        # ppo_utils.py compute_maxrl_advantage: (r - mean) / (mean + 1e-6) for groups of 2 or more; a
-        # one-sample group gets r - 0 (singleton "raw"). compute_rloo_outcome_advantage gives a
+        # S:1339-1371 compute_maxrl_advantage: (r - mean) / (mean + 1e-6) for groups of 2 or more (:1366); a
+        # one-sample group gets r - 0 (singleton "raw", :1368). compute_rloo_outcome_advantage (:1203-1252) gives a
         # one-sample group 0 (canonical).
         "maxrl_advantages": {"singleton": "raw"},
+        # spec v1.1 (off-policy correction): SO:24-72 compute_tis_ratio: rho = safe_exp_delta(old - rollout,
+        # clip=20) per token (:49-51) or of the row's masked sum (:63-64, the product), clamp(max=cap) (:60, :70):
+        # TIS; token cap 2.0 (C:571, canonical hi), sequence cap 5.0 (C:573, asked per call). Off by default
+        # (tis_ratio_type None, C:568).
+        "rollout_is_weights": {"log_ratio_clamp": 20.0},
+        # the loss with its off-policy correction (SO:351-385: loss * tis, loss_mask * masks) summed by reduce_loss
+        # (S:1088-1092) with advantages the trainer scaled by the uncorrected mask's counts (TR:1469-1476): a
+        # rejected token is a zero that still counts in the denominator.
+        "corrected_policy_loss": {"rejected": "zero"},
+        # PPO against old_log_probs times the token TIS weight of old vs rollout (S:579-582 -> SO:351-385): decoupled
+        # PPO with prox = old and behav = rollout, behav_cap = token_tis_ratio_clip_high 2.0 (C:571); both ratios'
+        # +-20 log clamps: see NOT_EXPRESSIBLE.
+        "decoupled_ppo_token_loss": {"behav_cap": 2.0},
+        # Canonical, so absent: rloo_advantages (S:1203-1252, a one-sample group gets 0); whiten (S:146-152:
+        # unbiased, rsqrt(var + 1e-8)); clip_cov_mask (above); kl_controller_update (S:45-60, the adaptive
+        # controller of the KL reward, opt-in: kl_ctrl.type "fixed", C:497-503); rollout_rejection_mask (SO:75-254:
+        # the ratio pi_old/pi_rollout kept inside inclusive bounds per token (token_mask_is_threshold_*), per row on
+        # every token (outlier_token_is_threshold_*: level "seq_all"), on the geometric mean (geo_mask_*, 0.99 / 1.01:
+        # level "seq_mean") or the product (product_mask_*, 0.5 / 2.0: level "seq_sum"); bounds asked per call).
+        # rlhf_token_rewards (TR:1381-1437, use_kl_in_reward: rewards - max(0, kl_loss_coef) * compute_approx_kl, :1408;
+        # the score on the response's last token, :1091) reads kl_estimator_type, "k3" by default (C:602): estimator="k3"
+        # with kl_penalty's clamps above, asked per call (no preset vector input exists for it).
     },
     "torchrl": {
-        # pytorch/rl, torchrl/objectives/llm/grpo.py CISPOLoss._compute_policy_objective: the loss
+        # torchrl 0.14.1 (the release wheel, checked through conformance/frameworks/torchrl/):
+        # torchrl/objectives/llm/grpo.py:1008-1016 CISPOLoss._compute_policy_objective: the loss
         # -exp(clamp(log w, log(1 - eps_low), log(1 + eps_high))) * A, the clamped ratio on the graph and
-        # no log-prob factor; clip_epsilon default 0.2 (GRPOLoss.__init__, symmetric).
+        # no log-prob factor; clip_epsilon default 0.2 (GRPOLoss.__init__, :498, symmetric).
         "cispo_token_loss": {"eps_low": 0.2, "eps_high": 0.2, "surrogate": "ratio"},
+        # grpo.py:1508-1511 MCAdvantage (per-step, the LLM collector's single-step trajectories) and :1583
+        # (trajectory_return): (r - mean) / std.clamp_min(1e-6), torch.std unbiased: eps = 0 wherever the
+        # group std is 0 or >= 1e-6 (NOT_EXPRESSIBLE: the clamp in between, the singleton).
+        "grpo_advantages": {"eps": 0.0},
+        # Canonical, so absent: ppo_token_loss (GRPOLoss/DAPO, grpo.py:769-782: clip_epsilon 0.2, no dual clip,
+        # no log-ratio clamp), gae (objectives/value/functional.py:120-180, gamma/lmbda required), kl_penalty and
+        # kl_loss_term (k3 only, its own gradient, grpo.py:913-915), aggregate (token_mean / prompt_mean,
+        # grpo.py:784-817), token_logprobs / token_entropy (LLMMaskedCategorical, no temperature).
     },
     "ms_swift": {
-        # modelscope/ms-swift 4.6.0, swift/rlhf_trainers/grpo_trainer.py (loss_type == 'cispo'):
-        # torch.clamp(coef_1, max=self.epsilon_high).detach(), an absolute cap, epsilon_high defaulting
-        # to epsilon = 0.2 (GRPOArgumentsMixin): the weight is min(r, 0.2).
+        # Verified in the installed ms-swift 4.6.0 (conformance/frameworks/ms_swift/, the release wheel; paths in
+        # swift/, M = rlhf_trainers/grpo_trainer.py, MR = rl_core/advantage.py).
+        # M:1036-1038 (loss_type 'cispo'): torch.clamp(coef_1, max=self.epsilon_high).detach(), an absolute cap,
+        # epsilon_high defaulting to epsilon = 0.2 (M:2139, rlhf_trainers/args_mixin.py epsilon 0.2, epsilon_high
+        # None; no CISPO-specific default): the weight is min(r, 0.2).
         "cispo_token_loss": {"bound": "absolute", "eps_high": 0.2},
-        # modelscope/ms-swift @ 20ec461, swift/rewards/orm.py class SoftOverlong (reward function
-        # "soft_overlong"): min(-(len(response_token_ids) - (soft_max_length - soft_cache_length)) /
-        # soft_cache_length, 0): no factor (factor=1.0, canonical) and no floor; asserts
-        # soft_cache_length < soft_max_length.
+        # rewards/orm.py:216-232 class SoftOverlong (reward function "soft_overlong"): min(-(L - (soft_max_length -
+        # soft_cache_length)) / soft_cache_length, 0): no factor (factor=1.0, canonical) and no floor; asserts
+        # soft_cache_length < soft_max_length (:220).
         "overlong_penalty": {"beyond": "linear"},
-        # modelscope/ms-swift @ 070fedc, swift/rl_core/advantage.py compute_advantages:
-        # advantage_estimator="reinforce_plus_plus" is a = r - group mean divided by (a.std() + 1e-4) over the
-        # batch's sequences (no token whitening, no return-to-go): reinforce_pp_baseline_advantages at
-        # level="sequence"; scale_rewards defaults to "batch" for it (swift/arguments/rlhf_args.py
-        # _init_grpo @ 0bd9b55). scale_rewards="group" divides by the group std instead: grpo_advantages(eps=1e-4).
+        # MR:63-97: grpo is (r - group mean) / (std + 1e-4), std unbiased (torch.std) of the group ("group") or of
+        # the batch's rewards ("batch"), no division for "none"; a group of one gets std 0, so A = 0.
+        "grpo_advantages": {"eps": 1e-4},
+        # MR:73-75, :96-97: advantage_estimator="reinforce_plus_plus" is a = r - group mean divided by (a.std() + 1e-4)
+        # over the batch's sequences (no token whitening, no return-to-go): reinforce_pp_baseline_advantages at
+        # level="sequence"; scale_rewards defaults to "batch" for it (arguments/rlhf_args.py:385-393).
+        # scale_rewards="group" divides by the group std instead: grpo_advantages(eps=1e-4).
         "reinforce_pp_baseline_advantages": {"level": "sequence", "eps": 1e-4},
-        # advantage.py (scale_rewards="gdpo"): per reward function nanmean and unbiased nanstd + 1e-8
-        # (swift/utils/torch_utils.py nanstd @ 006938be), nan_to_num, weighted sum, then
-        # (s - s.mean()) / (s.std() + 1e-8).
+        # MR:83-94 (scale_rewards="gdpo"): per reward function nanmean and unbiased nanstd + 1e-8
+        # (utils/torch_utils.py:23-45), nan_to_num, weighted sum, then (s - s.mean()) / (s.std() + 1e-8).
         "gdpo_advantages": {"eps": 1e-8},
+        # M:973-976: the GRPO KL term is k3 of ref - logp clamped to +-20, the estimate clamped to [-10, 10]
+        # (beta != 0 and kl_in_reward off); it enters the loss with its autograd gradient (M:1063-1064).
+        "kl_penalty": {"estimator": "k3", "log_ratio_clamp": 20.0, "clamp": 10.0},
+        # (the +-20 clamp never shows once the estimate is clamped at 10: |d| > 20 gives k3 > 19 either way, and
+        # both clamps stop the gradient; verl's kl_loss_term preset is the same)
+        "kl_loss_term": {"clamp": 10.0},
+        # M:2362-2363: the rollout log-ratio old - rollout is clamped to +-20 per token (SAFETY_BOUND) before every
+        # mode; token_truncate / token_mask / sequence_truncate (the geometric mean, M:2328-2343) are
+        # rollout_is_weights(hi=threshold) with mode truncate / mask, level sequence with seq_stat geometric.
+        "rollout_is_weights": {"log_ratio_clamp": 20.0},
+        # M:1063-1067: per_token_loss = (policy term + beta * k3) * rollout_is_weights: the KL is weighted too.
+        # The off-policy sequence mask edits completion_mask (M:1069-1080): rejected tokens leave the count
+        # for grpo, bnpo, dr_grpo (canonical "drop"); see NOT_EXPRESSIBLE for dapo / cispo.
+        "corrected_policy_loss": {"weight_kl": True},
     },
     "oat": {
         # Canonical, so absent: shaped_rewards (sail-sg/oat @ 08379c6, oat/algorithms/ppo.py PPOActor.step:
         # a completion with finish_reason == "length" gets reward = non_stop_fixed_reward when set
         # (truncated_value, PPOArgs default None), then += non_stop_penalty (truncated_shift, default 0);
         # no reward clip. The learner then multiplies by reward_scale (default 1), after the rule.
+    },
+    "torchtune": {
+        # torchtune 0.6.1 (the release wheel, checked through conformance/frameworks/torchtune/): only
+        # torchtune/rlhf and the PPO recipe; the wheel does not ship torchtune/dev (GRPO).
+        # rlhf/loss/ppo.py:32-37 PPOLoss(epsilon=0.1, value_clip_range=0.2, value_coeff=0.1): one symmetric
+        # clip range, clamp(ratio, 1 - epsilon, 1 + epsilon) (:80), and the value clip clamp(V, old - 0.2,
+        # old + 0.2) (:101-105). The shipped config recipes/configs/mistral/7B_full_ppo_low_memory.yaml sets
+        # epsilon 0.2 (canonical) and value_clip_range 0.2.
+        "ppo_token_loss": {"eps_low": 0.1, "eps_high": 0.1},
+        "value_token_loss": {"clip": 0.2},
+        # rlhf/rewards.py:139-161 whiten(x, mask, shift_mean=True): `if shift_mean: whitened += mean` (:159-160),
+        # the reverse of TRL's keyword it says it was taken from; estimate_advantages calls whiten(advantages,
+        # mask=masks) (:216) at that default, so PPO's advantages keep their mean: the spec's shift_mean=False.
+        "whiten": {"shift_mean": False},
+        # estimate_advantages(values, rewards, gamma, lmbda) has no defaults (:164-170); the shipped PPO config
+        # sets gamma 1 (canonical) and lmbda 0.95.
+        "gae": {"lam": 0.95},
     },
 }
 
@@ -505,15 +638,26 @@ PRESET_NAMES = tuple(PRESETS)
 # Presets whose framework code was read for some functions only (documentation: outside its scope a
 # function is "not read", not "canonical"). A preset absent here was read for every function.
 SCOPE: Dict[str, tuple] = {
-    "areal": ("rollout_is_weights", "rollout_rejection_mask", "decoupled_ppo_token_loss",
-              "proximal_logp_interpolation", "off_policy_sequence_mask", "corrected_policy_loss",
-              "sapo_token_loss", "overlong_penalty", "shaped_rewards"),
-    "skyrl": ("cispo_token_loss", "reinforce_pp_advantages", "maxrl_advantages", "rloo_advantages", "clip_cov_mask",
-              "kl_cov_token_loss"),
-    "torchrl": ("cispo_token_loss", "entropy_bonus"),
-    "ms_swift": ("cispo_token_loss", "entropy_top_mask", "overlong_penalty", "reinforce_pp_baseline_advantages",
-                 "gdpo_advantages", "rloo_advantages"),
+    "areal": ("token_logprobs", "token_entropy", "reinforce_advantages", "rloo_advantages", "grpo_advantages",
+              "opo_advantages", "rlhf_token_rewards", "gae", "whiten", "kl_penalty", "kl_loss_term", "ppo_token_loss",
+              "ppo_clipped_mask", "gspo_token_loss", "value_token_loss", "aggregate", "policy_loss", "kl_controller_update",
+              "rollout_is_weights", "rollout_rejection_mask", "decoupled_ppo_token_loss", "proximal_logp_interpolation",
+              "off_policy_sequence_mask", "corrected_policy_loss", "sapo_token_loss", "overlong_penalty", "shaped_rewards"),
+    "skyrl": ("token_logprobs", "token_entropy", "grpo_advantages", "rloo_advantages", "maxrl_advantages",
+              "reinforce_pp_advantages", "gae", "whiten", "kl_penalty", "kl_loss_term", "rlhf_token_rewards",
+              "ppo_token_loss", "gspo_token_loss", "cispo_token_loss", "sapo_token_loss", "dppo_token_loss",
+              "clip_cov_mask", "kl_cov_token_loss", "value_token_loss", "aggregate", "policy_loss", "rollout_is_weights",
+              "rollout_rejection_mask", "decoupled_ppo_token_loss", "corrected_policy_loss", "kl_controller_update"),
+    "torchrl": ("token_logprobs", "token_entropy", "grpo_advantages", "gae", "kl_penalty", "kl_loss_term", "ppo_token_loss",
+                "cispo_token_loss", "aggregate", "policy_loss", "entropy_bonus"),
+    "ms_swift": ("token_logprobs", "token_entropy", "grpo_advantages", "rloo_advantages", "reinforce_pp_baseline_advantages",
+                 "gdpo_advantages", "kl_penalty", "kl_loss_term", "ppo_token_loss", "gspo_token_loss", "cispo_token_loss",
+                 "sapo_token_loss", "aggregate", "policy_loss", "entropy_top_mask", "off_policy_sequence_mask",
+                 "rollout_is_weights", "rollout_rejection_mask", "corrected_policy_loss", "overlong_penalty"),
     "oat": ("shaped_rewards",),
+    "tinker_cookbook": ("grpo_advantages", "kl_penalty"),
+    "torchtune": ("token_logprobs", "kl_penalty", "rlhf_token_rewards", "gae", "whiten", "ppo_token_loss",
+                  "value_token_loss", "aggregate", "ppo_clipped_mask"),
 }
 
 # Framework defaults for keywords that api.md declares without a canonical default. Documentation
@@ -562,11 +706,39 @@ REQUIRED_KEYWORD_DEFAULTS: Dict[str, Dict[str, Dict[str, object]]] = {
         # class except DAPO.
         "aggregate": {"mode": "seq_mean_token_mean"},
     },
+    "skyrl": {
+        # skyrl 0.3.0 skyrl/train/config/config.py: loss_reduction "token_mean" (:621); kl_loss_coef 0.001 (:608), the
+        # KL reward's coefficient when use_kl_in_reward (off by default, :604); the adaptive controller's kl_target 0.1
+        # and horizon 10000 (:501-503; kl_ctrl.type "fixed" by default).
+        "aggregate": {"mode": "token_mean"},
+        "rlhf_token_rewards": {"kl_coef": 0.001},
+        "kl_controller_update": {"target": 0.1, "horizon": 10000},
+    },
+    "ms_swift": {
+        # ms-swift 4.6.0 swift/arguments/rlhf_args.py:526-527: GRPO's default loss_type "grpo", whose branch is the
+        # mean over the micro-batch's rows of each row's token mean (rlhf_trainers/grpo_trainer.py:1082-1084).
+        "aggregate": {"mode": "seq_mean_token_mean"},
+    },
     "torchrl": {
-        # pytorch/rl @ 00988440, torchrl/objectives/llm/grpo.py GRPOLoss.__init__: entropy_bonus=True,
-        # entropy_coeff=0.01, aggregation="token_mean"; loss_entropy = -entropy_coeff * entropy, aggregated
-        # like the policy term (GRPOLoss.forward): an entropy bonus on by default.
+        # torchrl 0.14.1 torchrl/objectives/llm/grpo.py GRPOLoss.__init__ (:498-503): entropy_bonus=True,
+        # entropy_coeff=0.01, aggregation="token_mean"; loss_entropy = -entropy_coeff * entropy (:735), aggregated
+        # like the policy term (:737-745): an entropy bonus on by default.
+        "aggregate": {"mode": "token_mean"},
         "entropy_bonus": {"entropy_coef": 0.01, "mode": "token_mean"},
+    },
+    "torchtune": {
+        # torchtune 0.6.1 rlhf/loss/ppo.py:88-113: PPOLoss reduces with rlhf.masked_mean, the token mean.
+        "aggregate": {"mode": "token_mean"},
+        # recipes/configs/mistral/7B_full_ppo_low_memory.yaml (0.6.1): kl_coeff 0.01, k1 (get_rewards_ppo,
+        # rlhf/rewards.py:79-80).
+        "rlhf_token_rewards": {"kl_coef": 0.01},
+    },
+    "areal": {
+        # areal 1.0.4 utils/functional/functional.py:483, :542: every loss is a token mean over the micro-batch's
+        # original loss mask, and the engine weights micro-batches by their token counts (trainer/ppo/actor.py:363).
+        "aggregate": {"mode": "token_mean"},
+        # api/cli_args.py PPOActorConfig.kl_ctl 0.1 with kl_estimator "k1" (trainer/ppo/actor.py:50-53, :202).
+        "rlhf_token_rewards": {"kl_coef": 0.1},
     },
 }
 
@@ -671,6 +843,16 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
         "opo_advantages": (
             "a group whose rows have no response token divides 0 by 0: NaN advantages (core_algos.py:683); "
             "the spec gives 0.",
+        ),
+        "optimal_token_baseline_advantages": (
+            "tir_optimal_token_baseline leaves rows without response tokens out of their group (core_algos.py:"
+            "1072-1076) and gives a group of one row baseline 0 (:1085-1088): with handle_zero_tail=False a group "
+            "with a single non-empty row gets A = G, where the spec's baseline is that row's own weighted return "
+            "(A = 0); with the zero tail (the trainer's setting) both give A = G.",
+            "both estimators mask w only after exp(old_log_probs) (core_algos.py:927-937, :1043-1053) and "
+            "form the returns from token_level_rewards * response_mask (:924, :1040): a NaN or inf at a masked "
+            "position becomes NaN in W (every later baseline of the group) or in the returns; the spec never "
+            "reads masked positions.",
         ),
         "remax_advantages": (
             "the advantage is the return-to-go minus the baseline at each token (core_algos.py:764-765): "
@@ -839,35 +1021,61 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
         ),
     },
     "ms_swift": {
+        # ms-swift 4.6.0 (installed; paths in swift/, M = rlhf_trainers/grpo_trainer.py, MR = rl_core/advantage.py)
         "reinforce_pp_baseline_advantages": (
-            "kl_in_reward defaults to True for reinforce_plus_plus (swift/arguments/rlhf_args.py @ 0bd9b55): "
-            "beta times the sequence KL is subtracted from the reward first (advantage.py compute_advantages): "
-            "compose r - beta * kl_seq, then reinforce_pp_baseline_advantages.",
+            "kl_in_reward defaults to True for reinforce_plus_plus and rloo (arguments/rlhf_args.py:370-376): "
+            "beta times the row's sum of old - ref is subtracted from the reward first (M:436-446, MR:60-61): "
+            "compose r - beta * sum_t kl_penalty(old_logp, ref_logp, k1), then the estimator.",
         ),
         "gdpo_advantages": (
             "a NaN reward (a function that did not score a row) is left out of that column's nanmean and "
-            "nanstd and its z-score set to 0 (advantage.py nan_to_num); the spec raises on NaN rewards.",
+            "nanstd and its z-score set to 0 (MR:88-90 nan_to_num); the spec raises on NaN rewards.",
+            "a batch of one sequence gives NaN: the final s.std() of one element is NaN (MR:93), where the "
+            "grpo and reinforce_plus_plus paths guard numel() > 1 (MR:75, :80).",
         ),
         "entropy_top_mask": (
             "top_entropy_quantile is torch.nanquantile of the rank's own micro-batch (padding as NaN; "
-            "swift/rlhf_trainers/grpo_trainer.py _compute_loss_and_metrics @ 006938be): a per-rank "
-            "threshold, which no pooled_entropy expresses (the parts' masks are not the batch's).",
+            "M:958-962): a per-rank threshold, which no pooled_entropy expresses (the parts' masks are not "
+            "the batch's); the pool also holds completions the overlong filter removes afterwards (M:964-969).",
+        ),
+        "rollout_is_weights": (
+            "the +-20 clamp acts on each token's log-ratio before the geometric mean (M:2362-2363, :2339), "
+            "where log_ratio_clamp clamps the sequence statistic.",
+            "sequence_mask keeps each token's own ratio in the rows whose geometric mean is within the "
+            "threshold (M:2382-2388): rollout_is_weights(mode='none') * rollout_rejection_mask(level='seq_mean').",
+        ),
+        "corrected_policy_loss": (
+            "the KL term is k3 with ms-swift's clamps (M:975-976), which no kl_estimator keyword expresses.",
+            "with loss_type dapo or cispo the normaliser is num_items_in_batch, counted before the off-policy "
+            "sequence mask (and the overlong filter) edit completion_mask (M:795-801, :1128): the tokens they "
+            "remove stay in the count (rejected='zero' for the policy term, their KL term removed).",
+        ),
+        "policy_loss": (
+            "the KL term is k3 with ms-swift's clamps (M:975-976), which no kl_estimator keyword expresses.",
+        ),
+        "aggregate": (
+            "loss_type bnpo divides by the micro-batch's own token count (M:1085-1086): a batch split over "
+            "ranks or gradient-accumulation steps is a mean of local token means, not the batch's token mean.",
         ),
     },
     "areal": {
         "decoupled_ppo_token_loss": (
             "with use_decoupled_loss=True and rejection_sampling=None (the default, "
-            "areal/api/cli_args.py:1549-1561) no behaviour weight multiplies the loss "
+            "areal/api/cli_args.py:1555-1562) no behaviour weight multiplies the loss "
             "(functional.py:535-539): plain PPO against the proximal policy, not w * PPO.",
             "a lower bound on w (rejection_sampling.lower) has no decoupled keyword.",
         ),
         "rollout_rejection_mask": (
             "a non-finite log-ratio is replaced by 0 (functional.py:233); the spec raises.",
+            "RejectionSamplingConfig refuses a ratio upper bound <= 1 and a k2/k3 upper bound <= 0 "
+            "(api/cli_args.py:1415-1432), and has no rule that drops a row for one outlier token (seq_all).",
         ),
         "rollout_is_weights": (
-            "level='sequence' with a KL metric and action='clamp' clamps each token's rho to the KL "
-            "bounds [lower, upper] in rejected rows (functional.py:380-390); at token level "
-            "action='clamp' clamps rho to [lower, upper] whatever the metric (:391-400).",
+            "action='clamp' only with metric='ratio' (api/cli_args.py:1433-1438); at level='sequence' the weight is "
+            "the geometric mean whatever agg (functional.py:288-297, :352-355), so agg='sum' tests the product "
+            "but weighs with the geometric mean: rollout_is_weights(seq_stat='geometric') times "
+            "rollout_rejection_mask(level='seq_sum').",
+            "no batch normalisation and no log-ratio clamp.",
         ),
         "proximal_logp_interpolation": (
             "'linear' adds 1e-10 inside the log (actor.py:676), and is computed for metrics only "
@@ -880,6 +1088,35 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
             "the loss is a local token mean, divided by the micro-batch's valid-token count "
             "(functional.py:623); aggregation is a separate call.",
         ),
+        "gspo_token_loss": (
+            "[B, T] advantages are averaged over each row's valid tokens (functional.py:140-147): every token of a "
+            "row is weighted by the row's mean advantage, where gspo_token_loss weights each by its own A_t.",
+        ),
+        "whiten": (
+            "Normalization divides by std + eps with eps = 1e-5 outside the square root (utils/data.py:1496, "
+            "api/cli_args.py:70-75), where whiten's eps is inside sqrt(var + eps); it never adds the mean back.",
+        ),
+        "grpo_advantages": (
+            "std_level='batch' with mean_level='group' divides by the std of r - group mean over the batch "
+            "(utils/data.py:1455-1465), not by the std of the rewards (scale='batch').",
+        ),
+        "gae": (
+            "a row that fills the batch's padded width counts as 'no EOS' (trainer/ppo/actor.py:200-201) and "
+            "bootstraps from the critic's value at the last column (:223); the batch is padded to its longest "
+            "sequence, so that is the longest row, truncated or not.",
+        ),
+        "rlhf_token_rewards": (
+            "the KL reward is -kl_ctl * KLEstimator(old, ref) clamped to [-10, 10] (utils/data.py:1655-1656, "
+            "trainer/ppo/actor.py:53, :202); without a reference model ref_logp = 0 (actor.py:192-194), so the "
+            "'KL' reward is -kl_ctl * logp.",
+            "the score sits on the last attention token (seqlens - 1, actor.py:205-212), not on the last trained "
+            "token: a row whose last tokens are not trained (loss mask 0) loses its score.",
+        ),
+        "value_token_loss": (
+            "loss_fn_type='huber' (functional.py:705-707, delta 10) has no spec form.",
+            "the reduction divides by loss_mask.count_nonzero() without a floor (functional.py:772-774): NaN for a "
+            "micro-batch without a trained token, where ppo_actor_loss_fn uses count or 1 (:483).",
+        ),
         "overlong_penalty": (
             "overlong_tokens = 0 divides a tensor by 0 (functional.py:797-799): NaN at L = max_new_tokens "
             "and -inf beyond, where the spec raises for beyond='linear' with buffer 0.",
@@ -888,11 +1125,11 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
         ),
         "shaped_rewards": (
             "mask_no_eos_with_zero reads 'no EOS' as seqlen == the batch's padded width (trainer/ppo/actor.py:"
-            "199-201): a truncated completion behind a shorter prompt than the batch's longest sequence "
+            "200-201): a truncated completion behind a shorter prompt than the batch's longest sequence "
             "counts as stopped, and a stopped one that fills the width as truncated; pass truncated as "
             "AReaL computes it to reproduce that.",
             "reward_bias and reward_scaling act before the clip, (r + bias) * scaling (actor.py:168); "
-            "mask_no_eos_with_zero zeroes the score only, the KL reward of those tokens stays (:204-210).",
+            "mask_no_eos_with_zero zeroes the score only, the KL reward of those tokens stays (:204-212).",
         ),
     },
     "oat": {
@@ -901,6 +1138,122 @@ NOT_EXPRESSIBLE: Dict[str, Dict[str, tuple]] = {
             "PPOLearner.learning_step) after the rule: scale the output.",
             "ignore_no_eos=True drops truncated completions from the loss (loss_mask = not no_eos, "
             "PPOActor.step): a loss-mask rule, not a reward.",
+        ),
+    },
+    "skyrl": {
+        # skyrl 0.3.0 (S = skyrl/backends/skyrl_train/utils/ppo_utils.py, SO = .../off_policy_correction_utils.py,
+        # TR = skyrl/train/trainer.py); each checked by a row of conformance/frameworks/skyrl/checks.py
+        "gspo_token_loss": (
+            "the per-token log-weight sg(masked mean of d) + logp - sg(logp) is clamped at 10 from above (S:708): a row "
+            "whose mean log-ratio exceeds 10 gets the weight e^10 and no gradient through it.",
+        ),
+        "dppo_token_loss": (
+            "dppo_policy_loss's value is the ratio surrogate -A*r*keep, r = exp(clamp(logp - mu, +-20)) on the graph "
+            "(S:833, :866), where dppo_token_loss is -A*sg(min(r, cap))*logp*keep: the same gradient (no cap), another "
+            "value; mu is the rollout log-prob when given (S:832); the binary KL adds 1e-8 inside its log (:853-856).",
+        ),
+        "gae": (
+            "compute_gae_advantage_return runs the recursion over every position (S:1274-1278): a masked position "
+            "inside a completion is a step with its own reward and value, and the last valid token bootstraps from "
+            "the value at the next position (the critic's output at padding, not masked: workers/model_wrapper.py:"
+            "499-505); then the advantages are whitened over the response mask (:1282).",
+        ),
+        "whiten": (
+            "masked_whiten (unbiased) raises ValueError for a mask sum of 0 or 1 (S:135-140) where the spec returns 0.",
+        ),
+        "aggregate": (
+            "loss_reduction 'prompt_mean' (S:1152-1158) is the mean over prompt groups of each group's token mean, and "
+            "'token_mean_legacy' (:1127-1139) the mean over micro-batches of each micro-batch's token mean: "
+            "compositions of aggregate(mode='token_mean') per part.",
+        ),
+        "policy_loss": (
+            "the worker adds kl_loss_coef * masked_mean(compute_approx_kl(...), loss_mask, dim=-1).mean() "
+            "(workers/worker.py:970-989): the KL term is aggregated by seq_mean_token_mean whatever loss_reduction, "
+            "and averaged over micro-batches by their row counts.",
+        ),
+        "decoupled_ppo_token_loss": (
+            "both ratios go through safe_exp_delta(clip=20): the PPO ratio exp(clamp(logp - old, +-20)) (S:566) and "
+            "the TIS weight exp(clamp(old - rollout, +-20)) (SO:49-51); decoupled_ppo_token_loss has no log-ratio "
+            "clamp keyword.",
+        ),
+        "kl_cov_token_loss": (
+            "the trainer hands the loss advantages already divided by the loss reduction's counts (TR:1456-1478): "
+            "KL-Cov ranks tokens by the covariance of those scaled advantages and adds ppo_kl_coef*|d| unscaled "
+            "(S:967-991), so under token_mean the KL term weighs N times its share (N the mini-batch's tokens) and "
+            "under sequence_mean the selection changes.",
+        ),
+        "clip_cov_mask": (
+            "the trainer hands the loss advantages already divided by the loss reduction's counts (TR:1456-1478): "
+            "Clip-Cov compares the covariance of those scaled advantages with clip_cov_lb / clip_cov_ub (S:911-919), "
+            "i.e. under token_mean the true covariance with N * (1, 5).",
+        ),
+        "rollout_rejection_mask": (
+            "compute_off_policy_correction chains its masks (SO:315-345): the token mask is computed on the mask the "
+            "outlier mask left, and the TIS weight and the sequence mask on the mask both left, so the sequence "
+            "statistic covers the surviving tokens only; the spec ANDs masks computed on the original one.",
+        ),
+    },
+    "torchrl": {
+        "grpo_advantages": (
+            "MCAdvantage clamps the std at 1e-6 (grpo.py:1511, :1583) instead of adding eps: a group std in "
+            "(0, 1e-6) divides by 1e-6. In float32 an all-equal group whose mean rounds 1 ulp off its value "
+            "(e.g. [2.9, 2.9, 2.9]) gets (r - mean) / 1e-6 = -0.24 each, and -sqrt((G-1)/G) = -0.82 each once "
+            "that rounding exceeds 1e-6 ([100.3, 100.3, 100.3]), not 0.",
+            "grpo_size = 1 (per-step mode) gives NaN (the unbiased std of one reward); trajectory_return "
+            "refuses grpo_size < 2 (grpo.py:1165-1170).",
+        ),
+        "policy_loss": (
+            "the KL term is kl_to_ref_coeff * mean over all B*T positions of k3, the masked ones holding 0 "
+            "(_kl_to_ref, grpo.py:910-915): aggregate(kl_penalty(k3), mask, mode='token_sum') / (B*T), not the "
+            "policy term's aggregation; it shrinks with padding.",
+        ),
+        "ppo_token_loss": (
+            "exp(log-ratio) * A with no log-ratio clamp (grpo.py:776): a ratio that overflows with A = 0 gives "
+            "NaN (inf * 0), and the min picks it.",
+        ),
+        "token_logprobs": (
+            "LLMMaskedCategorical scores the wrapper's logits as they are: no temperature in the loss path "
+            "(also token_entropy).",
+        ),
+        "gae": (
+            "vec_generalized_advantage_estimate and vec_td_lambda_return_estimate (the vectorised paths, "
+            "TDLambdaEstimator's default) drop the terms of the (gamma*lmbda)^k series below 1e-7 "
+            "(functional.py:183-208) and raise IndexError when gamma*lmbda = 0.",
+        ),
+    },
+    "torchtune": {
+        "rlhf_token_rewards": (
+            "the PPO recipe passes value_seq_idxs as valid_score_idxs (recipes/ppo_full_finetune_single_device.py:"
+            "945-951): the score sits one position after the last valid token (seq_lens + 1, :856-860) unless the "
+            "row has one valid token or fills max_generated_tokens - 1 or more, and the value there is kept "
+            "(:861-865), so GAE bootstraps from it (0.6.1).",
+        ),
+        "whiten": (
+            "masked_var's Bessel factor is s / (s - 1) with s = mask.sum() + 1e-8 (rlhf/rewards.py:133-135), an "
+            "integer sum plus 1e-8 in the default float32, so s = 1.0 for one valid token: 0 * inf = NaN, where the "
+            "spec gives 0 (and estimate_advantages NaN advantages).",
+        ),
+        "value_token_loss": (
+            "the recipe's value term averages over ~value_padding_masks, the response tokens plus the position "
+            "after the last one (ppo_full_finetune_single_device.py:861-865, :1115).",
+        ),
+        "aggregate": (
+            "ppo_step divides each micro-batch's token mean by gradient_accumulation_steps (:1107-1118): "
+            "local token counts per micro-batch.",
+        ),
+    },
+    "tinker_cookbook": {
+        "grpo_advantages": (
+            "the rewards become a float32 tensor (rl/data_processing.py:38) and the group mean a float32 sum / G: "
+            "an all-equal group whose reward a float32 sum does not keep exact (0.3 x 6) gets a residue of one "
+            "ulp (2.98e-08) on every member, not 0; remove_constant_reward_groups (:305-332, off by default) "
+            "drops all-equal groups (group 0 alone if every group is), which adv.grpo does not do.",
+        ),
+        "kl_penalty": (
+            "the KL penalty is folded into the advantages (rl/metrics.py:165-225): A + c*(token mean of k1 - k1) "
+            "(a composition of kl_penalty, aggregate and, with kl_discount_factor > 0, reinforce_pp_advantages("
+            "gap='discount') returns); the discounted sum also lands on the mask-0 positions before a trained "
+            "token (:219-220), where the spec has 0.",
         ),
     },
 }

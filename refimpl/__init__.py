@@ -12,6 +12,7 @@ from refimpl.estimators import (
     grpo_passk_advantages,
     maxrl_advantages,
     opo_advantages,
+    optimal_token_baseline_advantages,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
     remax_advantages,
@@ -111,6 +112,7 @@ __all__ = [
     "gdpo_advantages",
     "maxrl_advantages",
     "gpg_advantages",
+    "optimal_token_baseline_advantages",
     # spec v1.1: the KL term's value and gradient as it enters a loss (refimpl.kl)
     "kl_loss_term",
     # spec v1.1: covariance-selected tokens (refimpl.covariance)

@@ -1,6 +1,6 @@
 """Advantage estimators beyond GRPO/RLOO/GAE (spec v1.1: ``adv.reinforce_pp``,
 ``adv.reinforce_pp_baseline``, ``adv.remax``, ``adv.opo``, ``adv.grpo_passk``, ``adv.gdpo``,
-``adv.maxrl``, ``adv.gpg``), vectorised over groups ``[B/G, G]``.
+``adv.maxrl``, ``adv.gpg``, ``adv.optimal_token_baseline``), vectorised over groups ``[B/G, G]``.
 
 Group means are taken about a reference member (``μ = x₀ + mean(x − x₀)``, as ``refimpl.advantages``):
 an all-equal group then has ``x − μ`` exactly 0, so its advantage is exactly 0 whatever eps. Every
@@ -40,6 +40,7 @@ __all__ = [
     "gdpo_advantages",
     "maxrl_advantages",
     "gpg_advantages",
+    "optimal_token_baseline_advantages",
 ]
 
 SINGLETONS = ("zero", "raw")
@@ -334,3 +335,111 @@ def gpg_advantages(rewards: torch.Tensor, group_size: int, *, singleton: str = "
     x = r.to(cdt)
     centered = x if (G == 1 and singleton == "raw") else _centered(x.view(-1, G), 1)[0].reshape(-1)
     return (alpha * centered).to(out_dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# adv.optimal_token_baseline
+# ----------------------------------------------------------------------------------------------
+
+ALIGNMENTS = ("position", "valid_token")
+TAIL_LENGTHS = ("extent", "count")
+
+
+def _group_baseline(returns: torch.Tensor, W: torch.Tensor, present: torch.Tensor, G: int, eps: float) -> torch.Tensor:
+    """[B, U] per-step baselines Σ G·W / (Σ W + eps) over each group's present members (0 where the
+    denominator is 0), taken about the first present member's return g₀: g₀ + Σ (G − g₀)·W / den − g₀·eps / den,
+    so equal returns give exactly g₀ when eps = 0."""
+    g, w, p = returns.view(-1, G, returns.shape[1]), W.view(-1, G, W.shape[1]), present.view(-1, G, present.shape[1])
+    ref = g.gather(1, p.to(torch.int8).argmax(dim=1, keepdim=True))  # the first present member's return
+    den = (w * p).sum(dim=1, keepdim=True) + eps
+    spread = (torch.where(p, g - ref, 0.0) * w).sum(dim=1, keepdim=True)
+    b = ref + _safe_divide(spread, den) - _safe_divide(ref * eps, den)
+    return torch.where(den == 0, 0.0, b).expand(-1, G, -1).reshape(returns.shape)
+
+
+@torch.no_grad()
+def optimal_token_baseline_advantages(
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_size: int,
+    old_logp: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    is_weights: torch.Tensor | None = None,
+    *,
+    align: str = "position",
+    zero_tail: bool = True,
+    tail_length: str = "extent",
+    eps: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Spec: adv.optimal_token_baseline. (G − B, G): G the return-to-go, B per group and aligned step
+    Σ G·W / (Σ W + eps), W the cumulative sum of (1 − 2π + Σπ²)·ρ² over valid tokens. Each row is
+    scattered to its aligned steps (columns, or valid-token indices with a dummy column for masked
+    positions), the baselines are group sums there, gathered back; the zero tail from the rows' extents
+    (top-2 per group). Computed in float64."""
+    fn = "optimal_token_baseline_advantages"
+    m = check_mask(fn, mask)
+    r = check_token_array(fn, "token_rewards", token_rewards, m)
+    G = check_group_size(fn, group_size, m.shape[0])
+    lp = check_token_array(fn, "old_logp", old_logp, m)
+    s2 = check_token_array(fn, "sum_pi_squared", sum_pi_squared, m)
+    rho = None if is_weights is None else check_token_array(fn, "is_weights", is_weights, m)
+    align = check_choice(fn, "align", align, ALIGNMENTS)
+    zero_tail = check_bool(fn, "zero_tail", zero_tail)
+    tail_length = check_choice(fn, "tail_length", tail_length, TAIL_LENGTHS)
+    eps = check_real(fn, "eps", eps, ge=0.0)
+    floats = (r, lp, s2) if rho is None else (r, lp, s2, rho)
+    out_dtype, _ = compute_dtypes(*floats)
+    f64 = torch.float64
+    r0, lp0, s20 = masked(r, m, f64), masked(lp, m, f64), masked(s2, m, f64)
+    rho0 = None if rho is None else masked(rho, m, f64)
+    check_finite(fn, ("token_rewards", r, m, r0), ("old_logp", lp, m, lp0), ("sum_pi_squared", s2, m, s20),
+                 *(() if rho is None else (("is_weights", rho, m, rho0),)))
+    if bool((lp0 > 0).any()):
+        raise ValueError(f"{fn}: old_logp: expected log-probabilities <= 0 at valid positions, got {float(lp0.max())!r}")
+    if rho0 is not None and bool((rho0 < 0).any()):
+        raise ValueError(f"{fn}: is_weights: expected weights >= 0 at valid positions, got {float(rho0.min())!r}")
+    returns = torch.where(m, r0.flip(1).cumsum(dim=1).flip(1), 0.0)  # G_t = Σ_{s ≥ t} r_s (masked r_s = 0)
+    w = 1.0 - 2.0 * torch.exp(lp0) + s20
+    if rho0 is not None:
+        w = w * rho0 * rho0
+    W = torch.where(m, torch.where(m, w, 0.0).cumsum(dim=1), 0.0)
+    A = otb_advantages_from_paths(returns, W, m, G, align=align, zero_tail=zero_tail, tail_length=tail_length, eps=eps)
+    return A.to(out_dtype), returns.to(out_dtype)
+
+
+def otb_advantages_from_paths(returns: torch.Tensor, W: torch.Tensor, m: torch.Tensor, G: int, *, align: str,
+                              zero_tail: bool, tail_length: str, eps: float) -> torch.Tensor:
+    """The optimal-token-baseline advantages G − B [B, T] (float64, 0 at masked positions) from validated
+    returns G and cumulative weights W (exact zeros at masked positions)."""
+    B, T = m.shape
+    if B == 0 or T == 0:
+        return torch.zeros(m.shape, dtype=returns.dtype, device=m.device)
+    # aligned steps: the column, or the index among the row's valid tokens; masked positions -> column T (dropped)
+    pos = torch.arange(T, device=m.device).expand(B, T)
+    step = pos if align == "position" else m.long().cumsum(dim=1) - 1
+    index = torch.where(m, step, T)
+    zeros = torch.zeros((B, T + 1), dtype=returns.dtype, device=m.device)
+    present = torch.zeros((B, T + 1), dtype=torch.bool, device=m.device).scatter(1, index, m)[:, :T]
+    if G == 1:
+        baseline = torch.zeros_like(returns)  # a group of one has no baseline
+    else:
+        b_step = _group_baseline(zeros.scatter(1, index, returns)[:, :T], zeros.scatter(1, index, W)[:, :T], present, G, eps)
+        baseline = torch.nn.functional.pad(b_step, (0, 1)).gather(1, index)
+        if zero_tail:
+            counts = m.sum(dim=1)
+            any_valid = counts > 0
+            if align == "position" and tail_length == "extent":
+                extent = torch.where(any_valid, T - m.flip(1).to(torch.int8).argmax(dim=1), 0)  # 1 + last valid position
+            else:
+                extent = counts
+            top = extent.view(-1, G).topk(2, dim=1)
+            alone = top.values[:, 0] > top.values[:, 1]  # one member has the largest extent
+            cut = top.values[:, 1]
+            if align == "position" and tail_length == "count":  # verl: the count laid out from the group's first column
+                first = torch.where(any_valid, m.to(torch.int8).argmax(dim=1), T)
+                cut = cut + first.view(-1, G).min(dim=1).values
+            member = torch.arange(G, device=m.device).expand(B // G, G)
+            longest = (member == top.indices[:, :1]) & alone[:, None]
+            tail = longest.reshape(B, 1) & m & (step >= cut.repeat_interleave(G).unsqueeze(1))
+            baseline = torch.where(tail, 0.0, baseline)
+    return torch.where(m, returns - baseline, 0.0)

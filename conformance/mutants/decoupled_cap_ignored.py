@@ -20,6 +20,8 @@ MUTANT = Mutant(
     bug_class="decoupled PPO behaviour-weight cap ignored",
     catalogue=16,
     cites=("AReaL functional.py ppo_actor_loss_fn", "bug-catalogue class 16"),
-    signature={"decoupled_ppo_token_loss": ("property", "golden", "preset:verl", "preset:areal")},
+    signature={
+        "decoupled_ppo_token_loss": ("property", "golden", "preset:areal", "preset:skyrl", "preset:verl"),
+    },
     replace={"decoupled_ppo_token_loss": decoupled_ppo_token_loss},
 )

@@ -20,6 +20,8 @@ MUTANT = Mutant(
     bug_class="proximal and behaviour log-probs swapped in the decoupled PPO objective",
     catalogue=14,
     cites=("arXiv:2505.24298", "AReaL functional.py ppo_actor_loss_fn"),
-    signature={"decoupled_ppo_token_loss": ("property", "golden", "preset:verl", "preset:areal")},
+    signature={
+        "decoupled_ppo_token_loss": ("property", "golden", "preset:areal", "preset:skyrl", "preset:verl"),
+    },
     replace={"decoupled_ppo_token_loss": decoupled_ppo_token_loss},
 )

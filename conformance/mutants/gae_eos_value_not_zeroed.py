@@ -27,6 +27,8 @@ MUTANT = Mutant(
     bug_class="value after the last valid (EOS) token not zeroed: GAE bootstraps from padding",
     catalogue=11,
     cites=("verl#1850 (aa11dd1)", "trl#1536", "cleanrl#337"),
-    signature={"gae": ("property", "golden", "invariant:mask", "preset:trl", "preset:rlhf_book")},
+    signature={
+        "gae": ("property", "golden", "invariant:mask", "preset:rlhf_book", "preset:torchtune", "preset:trl"),
+    },
     replace={"gae": gae},
 )

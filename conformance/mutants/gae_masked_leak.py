@@ -32,6 +32,8 @@ MUTANT = Mutant(
     bug_class="GAE reads values and rewards at masked positions (padding, tool tokens)",
     catalogue=11,
     cites=("ROLL#447", "verl#50", "verl#1440 (f147ede)", "tianshou#869"),
-    signature={"gae": ("property", "golden", "invariant:mask", "preset:trl", "preset:rlhf_book")},
+    signature={
+        "gae": ("property", "golden", "invariant:mask", "preset:rlhf_book", "preset:torchtune", "preset:trl"),
+    },
     replace={"gae": gae},
 )

@@ -21,7 +21,12 @@ MUTANT = Mutant(
     bug_class="scale_rewards modes mis-wired (group std not applied under 'group', applied under 'none'/'batch')",
     catalogue=22,
     cites=("trl#3992 (35702ce)", "trl#3935"),
-    signature={"grpo_advantages": ("property", "golden", "preset:trl", "preset:verl", "preset:openrlhf",
-                                   "preset:open_instruct", "preset:rlhf_book")},
+    signature={
+        "grpo_advantages": (
+            "property", "golden", "preset:areal", "preset:ms_swift", "preset:open_instruct", "preset:openrlhf",
+            "preset:rlhf_book", "preset:skyrl", "preset:tinker_cookbook", "preset:torchrl", "preset:trl",
+            "preset:verl",
+        ),
+    },
     replace={"grpo_advantages": grpo_advantages},
 )

@@ -28,7 +28,11 @@ MUTANT = Mutant(
     bug_class="group std of a size-1 group is NaN (unbiased std of one element)",
     catalogue=9,
     cites=("DeepAnalyze#116", "axolotl#3353", "trl#5773"),
-    signature={"grpo_advantages": ("property", "golden", "preset:trl", "preset:verl", "preset:openrlhf",
-                                   "preset:rlhf_book")},
+    signature={
+        "grpo_advantages": (
+            "property", "golden", "preset:areal", "preset:ms_swift", "preset:openrlhf", "preset:rlhf_book",
+            "preset:skyrl", "preset:torchrl", "preset:trl", "preset:verl",
+        ),
+    },
     replace={"grpo_advantages": grpo_advantages},
 )

@@ -28,7 +28,11 @@ MUTANT = Mutant(
     bug_class="advantages divided by a zero group std with no epsilon: all-equal groups give 0/0 = NaN",
     catalogue=9,
     cites=("ms-swift#8123", "NeMo-RL#1518"),
-    signature={"grpo_advantages": ("property", "golden", "preset:trl", "preset:verl", "preset:openrlhf",
-                                   "preset:rlhf_book")},
+    signature={
+        "grpo_advantages": (
+            "property", "golden", "preset:areal", "preset:ms_swift", "preset:openrlhf", "preset:rlhf_book",
+            "preset:skyrl", "preset:torchrl", "preset:trl", "preset:verl",
+        ),
+    },
     replace={"grpo_advantages": grpo_advantages},
 )

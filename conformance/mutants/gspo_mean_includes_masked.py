@@ -30,7 +30,11 @@ MUTANT = Mutant(
     bug_class="GSPO sequence ratio averages masked positions into the log-ratio mean",
     catalogue=27,
     cites=("Soup#723", "trl#3823", "Fast-LLM#544", "arXiv:2507.18071"),
-    signature={"gspo_token_loss": ("property", "golden", "invariant:mask", "invariant:on_policy", "preset:trl",
-                                   "preset:verl", "preset:openrlhf", "preset:rlhf_book")},
+    signature={
+        "gspo_token_loss": (
+            "property", "golden", "invariant:mask", "invariant:on_policy", "preset:areal", "preset:openrlhf",
+            "preset:rlhf_book", "preset:skyrl", "preset:trl", "preset:verl",
+        ),
+    },
     replace={"gspo_token_loss": gspo_token_loss},
 )

@@ -23,7 +23,11 @@ MUTANT = Mutant(
     bug_class="GSPO sequence ratio not length-normalised (sum of log-ratios instead of their mean)",
     catalogue=27,
     cites=("trl#5814", "arXiv:2507.18071"),
-    signature={"gspo_token_loss": ("property", "golden", "invariant:on_policy", "preset:trl", "preset:verl",
-                                   "preset:openrlhf", "preset:rlhf_book")},
+    signature={
+        "gspo_token_loss": (
+            "property", "golden", "invariant:on_policy", "preset:areal", "preset:openrlhf", "preset:rlhf_book",
+            "preset:skyrl", "preset:trl", "preset:verl",
+        ),
+    },
     replace={"gspo_token_loss": gspo_token_loss},
 )

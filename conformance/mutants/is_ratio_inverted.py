@@ -21,6 +21,11 @@ MUTANT = Mutant(
     bug_class="rollout importance weight inverted (rollout / trainer instead of trainer / rollout)",
     catalogue=7,
     cites=("Yao et al. 2025 (TIS)", "verl rollout_corr_helper.py:522", "trl grpo_trainer.py:2662"),
-    signature={"rollout_is_weights": ("property", "golden", "preset:trl", "preset:verl", "preset:openrlhf", "preset:areal")},
+    signature={
+        "rollout_is_weights": (
+            "property", "golden", "preset:areal", "preset:ms_swift", "preset:openrlhf", "preset:skyrl",
+            "preset:trl", "preset:verl",
+        ),
+    },
     replace={"rollout_is_weights": rollout_is_weights},
 )

@@ -19,7 +19,11 @@ MUTANT = Mutant(
     bug_class="KL estimator arguments swapped (policy and reference log-probs exchanged)",
     catalogue=7,
     cites=("PaLM-rlhf-pytorch#43", "RLinf#129", "rlhf-book#162"),
-    signature={"kl_penalty": ("property", "golden", "invariant:on_policy", "preset:trl", "preset:verl",
-                              "preset:openrlhf", "preset:open_instruct")},
+    signature={
+        "kl_penalty": (
+            "property", "golden", "invariant:on_policy", "preset:areal", "preset:ms_swift",
+            "preset:open_instruct", "preset:openrlhf", "preset:skyrl", "preset:trl", "preset:verl",
+        ),
+    },
     replace={"kl_penalty": kl_penalty},
 )

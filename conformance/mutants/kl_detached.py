@@ -17,7 +17,11 @@ MUTANT = Mutant(
     bug_class="KL term detached: the right value but no gradient",
     catalogue=7,
     cites=("open-instruct#531",),
-    signature={"kl_penalty": ("property", "golden", "invariant:on_policy", "preset:trl", "preset:verl",
-                              "preset:openrlhf", "preset:open_instruct")},
+    signature={
+        "kl_penalty": (
+            "property", "golden", "invariant:on_policy", "preset:areal", "preset:ms_swift",
+            "preset:open_instruct", "preset:openrlhf", "preset:skyrl", "preset:trl", "preset:verl",
+        ),
+    },
     replace={"kl_penalty": kl_penalty},
 )

@@ -19,6 +19,8 @@ MUTANT = Mutant(
     bug_class="KL estimator setting ignored (switch falls through to k3)",
     catalogue=7,
     cites=("AReaL#408", "slime#397"),
-    signature={"kl_penalty": ("property", "golden", "invariant:on_policy", "preset:openrlhf")},
+    signature={
+        "kl_penalty": ("property", "golden", "invariant:on_policy", "preset:areal", "preset:openrlhf"),
+    },
     replace={"kl_penalty": kl_penalty},
 )

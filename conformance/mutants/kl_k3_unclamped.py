@@ -20,6 +20,8 @@ MUTANT = Mutant(
     bug_class="KL estimate computed without its clamps (k3's exp of an unclipped log-ratio overflows)",
     catalogue=16,
     cites=("OpenRLHF#1160", "OpenRLHF#525", "verl#891", "verl#2928"),
-    signature={"kl_penalty": ("preset:verl",)},
+    signature={
+        "kl_penalty": ("preset:ms_swift", "preset:skyrl", "preset:verl"),
+    },
     replace={"kl_penalty": kl_penalty},
 )

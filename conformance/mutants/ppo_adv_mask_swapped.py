@@ -23,6 +23,11 @@ MUTANT = Mutant(
     bug_class="advantages and response mask swapped in the policy-loss call",
     catalogue=10,
     cites=("verl#2513 (fbec86d)", "verl#2506", "verl#1411 (a43ead6)"),
-    signature={"ppo_token_loss": ("property", "golden", "preset:verl", "preset:openrlhf", "preset:open_instruct")},
+    signature={
+        "ppo_token_loss": (
+            "property", "golden", "preset:open_instruct", "preset:openrlhf", "preset:skyrl", "preset:torchtune",
+            "preset:verl",
+        ),
+    },
     replace={"ppo_token_loss": ppo_token_loss},
 )

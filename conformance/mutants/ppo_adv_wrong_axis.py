@@ -21,7 +21,11 @@ MUTANT = Mutant(
     bug_class="per-sequence advantages broadcast along the time axis instead of the batch axis",
     catalogue=10,
     cites=("OpenRLHF#1250 (b3d2927)", "trl 4db63af"),
-    signature={"ppo_token_loss": ("property", "golden", "invariant:mask", "invariant:on_policy", "preset:verl",
-                                  "preset:openrlhf", "preset:open_instruct")},
+    signature={
+        "ppo_token_loss": (
+            "property", "golden", "invariant:mask", "invariant:on_policy", "preset:open_instruct",
+            "preset:openrlhf", "preset:skyrl", "preset:torchtune", "preset:verl",
+        ),
+    },
     replace={"ppo_token_loss": ppo_token_loss},
 )

@@ -20,6 +20,11 @@ MUTANT = Mutant(
     bug_class="old log-probs equal to the current ones on reused batches (ratio always 1, clipping inert)",
     catalogue=13,
     cites=("verifiers#320", "torchforge#571", "tt-blacksmith#731"),
-    signature={"ppo_token_loss": ("property", "golden", "preset:verl", "preset:openrlhf", "preset:open_instruct")},
+    signature={
+        "ppo_token_loss": (
+            "property", "golden", "preset:open_instruct", "preset:openrlhf", "preset:skyrl", "preset:torchtune",
+            "preset:verl",
+        ),
+    },
     replace={"ppo_token_loss": ppo_token_loss},
 )

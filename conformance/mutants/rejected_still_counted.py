@@ -21,6 +21,8 @@ MUTANT = Mutant(
     bug_class="rejected tokens still counted in the loss denominator (zeroed instead of removed)",
     catalogue=3,
     cites=("verl rollout_corr_helper.py:412", "trl grpo_trainer.py:3140", "bug-catalogue class 3"),
-    signature={"corrected_policy_loss": ("property", "golden", "invariant:on_policy")},
+    signature={
+        "corrected_policy_loss": ("property", "golden", "invariant:on_policy", "preset:ms_swift"),
+    },
     replace={"corrected_policy_loss": corrected_policy_loss},
 )

@@ -23,6 +23,8 @@ MUTANT = Mutant(
     bug_class="SAPO gate without its 4/tau normalisation",
     catalogue=22,
     cites=("arXiv:2511.20347", "verl core_algos.py:1650"),
-    signature={"sapo_token_loss": ("property", "golden", "invariant:on_policy", "preset:verl")},
+    signature={
+        "sapo_token_loss": ("property", "golden", "invariant:on_policy", "preset:skyrl", "preset:verl"),
+    },
     replace={"sapo_token_loss": sapo_token_loss},
 )

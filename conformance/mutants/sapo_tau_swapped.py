@@ -19,6 +19,8 @@ MUTANT = Mutant(
     bug_class="SAPO temperatures chosen by the wrong advantage sign (tau_pos and tau_neg swapped)",
     catalogue=22,
     cites=("arXiv:2511.20347", "verl core_algos.py:1663", "trl grpo_trainer.py:3119"),
-    signature={"sapo_token_loss": ("property", "golden", "invariant:on_policy", "preset:verl")},
+    signature={
+        "sapo_token_loss": ("property", "golden", "invariant:on_policy", "preset:skyrl", "preset:verl"),
+    },
     replace={"sapo_token_loss": sapo_token_loss},
 )

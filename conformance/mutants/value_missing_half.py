@@ -18,7 +18,11 @@ MUTANT = Mutant(
     bug_class="value loss missing its 1/2 factor",
     catalogue=30,
     cites=("verl#2016 (6e15bbe)",),
-    signature={"value_token_loss": ("property", "golden", "preset:trl", "preset:verl", "preset:openrlhf",
-                                    "preset:rlhf_book")},
+    signature={
+        "value_token_loss": (
+            "property", "golden", "preset:areal", "preset:openrlhf", "preset:rlhf_book", "preset:skyrl",
+            "preset:torchtune", "preset:trl", "preset:verl",
+        ),
+    },
     replace={"value_token_loss": value_token_loss},
 )

@@ -26,6 +26,8 @@ MUTANT = Mutant(
     bug_class="whitening statistics computed over padding as well as valid tokens",
     catalogue=32,
     cites=("verl#1527", "miles#3229", "ROLL#475"),
-    signature={"whiten": ("property", "golden", "invariant:mask", "preset:openrlhf")},
+    signature={
+        "whiten": ("property", "golden", "invariant:mask", "preset:openrlhf", "preset:torchtune"),
+    },
     replace={"whiten": whiten},
 )

@@ -25,6 +25,8 @@ MUTANT = Mutant(
     bug_class="whitened values not re-masked: padding gets non-zero advantages",
     catalogue=10,
     cites=("verl#1527 (4e9586a)",),
-    signature={"whiten": ("property", "golden", "invariant:mask", "preset:openrlhf")},
+    signature={
+        "whiten": ("property", "golden", "invariant:mask", "preset:openrlhf", "preset:torchtune"),
+    },
     replace={"whiten": whiten},
 )

@@ -19,6 +19,8 @@ MUTANT = Mutant(
     bug_class="shift_mean=False ignored: reward whitening removes the mean",
     catalogue=32,
     cites=("arXiv:2403.17031", "summarize_from_feedback_details PR#17", "bug-catalogue class 32 [U]"),
-    signature={"whiten": ("property", "golden")},
+    signature={
+        "whiten": ("property", "golden", "preset:torchtune"),
+    },
     replace={"whiten": whiten},
 )

@@ -1802,6 +1802,101 @@ add("gpg_advantages/singleton-raw",
     _gpg([1.0, 0.0, -2.0], 1, singleton="raw"), expect=f64([1.5, 0.0, -3.0]))
 
 
+def _otb(rewards, m, G, pi, S, rho=None, **kw):
+    """optimal_token_baseline_advantages with old_logp = log(pi): pi and S = sum_pi_squared written out, so
+    every w = 1 - 2 pi + S (times rho^2) is a hand number."""
+    args = {"token_rewards": f64(rewards), "mask": m, "group_size": G, "old_logp": np.log(f64(pi)),
+            "sum_pi_squared": f64(S), "is_weights": None if rho is None else f64(rho)}
+    return lambda: build("optimal_token_baseline_advantages", args, kw)
+
+
+# The spec's worked example: row 0 w = 0.5, 0.25, 0.25 (W = 0.5, 0.75, 1), row 1 w = 0.75 (W = 0.75, 1.5);
+# returns 1 and 0; B = 0.4 and 1/3 where both rows are present, row 0 alone at position 3.
+M_OTB = mask(".xxx", ".xx.")
+R_OTB = [[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]]
+PI_OTB = [[0.5] * 4, [0.25] * 4]
+S_OTB = [[0.5, 0.5, 0.25, 0.25], [0.25] * 4]
+RET_OTB = where(M_OTB, [[0.0, 1.0, 1.0, 1.0], [0.0] * 4])
+add("optimal_token_baseline_advantages/worked-example",
+    "G = 2, position alignment: B = 0.4 and 1/3 where both rows are present; row 0 alone at position 3 (the "
+    "unique longest): zero tail, B = 0",
+    _otb(R_OTB, M_OTB, 2, PI_OTB, S_OTB),
+    expect=(where(M_OTB, [[0.0, 0.6, 2 / 3, 1.0], [0.0, -0.4, -1 / 3, 0.0]]), RET_OTB))
+add("optimal_token_baseline_advantages/no-zero-tail",
+    "zero_tail False: at position 3 row 0 is its own baseline (B = its return, A = 0)",
+    _otb(R_OTB, M_OTB, 2, PI_OTB, S_OTB, zero_tail=False),
+    expect=(where(M_OTB, [[0.0, 0.6, 2 / 3, 0.0], [0.0, -0.4, -1 / 3, 0.0]]), RET_OTB))
+add("optimal_token_baseline_advantages/nonfinite-at-masked",
+    "the worked example with NaN, +-inf and 1e30 at masked positions of every per-token input: never read",
+    _otb([[nan, 0.0, 0.0, 1.0], [inf, 0.0, 0.0, -inf]], M_OTB, 2, [[0.5, 0.5, 0.5, 0.5], [0.25, 0.25, 0.25, inf]],
+         [[1e30, 0.5, 0.25, 0.25], [nan, 0.25, 0.25, inf]], [[-inf, 1.0, 1.0, 1.0], [1e30, 1.0, 1.0, nan]]),
+    expect=(where(M_OTB, [[0.0, 0.6, 2 / 3, 1.0], [0.0, -0.4, -1 / 3, 0.0]]), RET_OTB))
+add("optimal_token_baseline_advantages/group-of-one",
+    "G = 1: no baseline, the advantage is the return-to-go (0.5 + 1 and 1; 2)",
+    _otb([[0.0, 0.5, 1.0], [0.0, 2.0, 0.0]], mask(".xx", ".x."), 1, [[0.5] * 3] * 2, [[0.5] * 3] * 2),
+    expect=(where(mask(".xx", ".x."), [[0.0, 1.5, 1.0], [0.0, 2.0, 0.0]]),
+            where(mask(".xx", ".x."), [[0.0, 1.5, 1.0], [0.0, 2.0, 0.0]])))
+add("optimal_token_baseline_advantages/dense-rewards",
+    "dense rewards, equal W in both rows: B is the plain mean of the two returns-to-go at each position",
+    _otb([[0.0, 0.5, -0.25, 1.0], [0.0, 0.0, 1.0, 0.0]], mask(".xxx", ".xxx"), 2, [[0.5] * 4] * 2, [[0.5] * 4] * 2),
+    expect=(where(mask(".xxx", ".xxx"), [[0.0, 0.125, -0.125, 0.5], [0.0, -0.125, 0.125, -0.5]]),
+            where(mask(".xxx", ".xxx"), [[0.0, 1.25, 0.75, 1.0], [0.0, 1.0, 1.0, 0.0]])))
+add("optimal_token_baseline_advantages/all-equal-group-exact-zero",
+    "every row scores 1 (a tie for the longest: no zero tail), unequal weights: B = 1 at every step, A = 0 exactly",
+    _otb([[0.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]], mask(".xxx", ".x..", ".xxx"), 3,
+         [[0.3, 0.7, 0.9, 0.2], [0.6] * 4, [0.1, 0.95, 0.5, 0.8]],
+         [[0.09 + 0.245, 0.49 + 0.045, 0.81 + 0.005, 0.04 + 0.32], [0.36 + 0.08] * 4, [0.01 + 0.405, 0.9025 + 0.00125, 0.25 + 0.125, 0.64 + 0.02]]),
+    expect=(np.zeros((3, 4)), where(mask(".xxx", ".x..", ".xxx"), [[0.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0], [0.0, 1.0, 1.0, 1.0]])))
+add("optimal_token_baseline_advantages/is-weights-squared",
+    "is_weights 2 and (1, 0): W = 2, 4 and 0.5, 0.5 (w·rho^2, a zero weight adds nothing): B = 0.8 and 8/9",
+    _otb([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]], mask(".xx", ".xx"), 2, [[0.5] * 3] * 2, [[0.5] * 3] * 2,
+         [[1.0, 2.0, 2.0], [1.0, 1.0, 0.0]]),
+    expect=(where(mask(".xx", ".xx"), [[0.0, 0.2, 1 / 9], [0.0, -0.8, -8 / 9]]),
+            where(mask(".xx", ".xx"), [[0.0, 1.0, 1.0], [0.0, 0.0, 0.0]])))
+add("optimal_token_baseline_advantages/zero-weights-no-baseline",
+    "pi = 1 and sum_pi_squared = 1 at every token: w = 0, a zero denominator, B = 0 (A = the return)",
+    _otb([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]], mask(".xx", ".xx"), 2, [[1.0] * 3] * 2, [[1.0] * 3] * 2),
+    expect=(where(mask(".xx", ".xx"), [[0.0, 1.0, 1.0], [0.0, 0.0, 0.0]]),
+            where(mask(".xx", ".xx"), [[0.0, 1.0, 1.0], [0.0, 0.0, 0.0]])))
+add("optimal_token_baseline_advantages/empty-row-in-group",
+    "a group with one non-empty row: it is the unique longest and alone at every step, so the zero tail "
+    "leaves it no baseline (A = its return)",
+    _otb([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]], mask(".xx", "..."), 2, [[0.5] * 3] * 2, [[0.5] * 3] * 2),
+    expect=(where(mask(".xx", "..."), [[0.0, 1.0, 1.0], [0.0] * 3]), where(mask(".xx", "..."), [[0.0, 1.0, 1.0], [0.0] * 3])))
+# a tool token at position 2 of row 0: w = 0.5 at every token, W = 0.5, 1, 1.5 and 0.5, 1
+M_OTB_GAP = mask(".x.xx", ".xx..")
+R_OTB_GAP = [[0.0, 0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.5, 0.0, 0.0]]
+RET_OTB_GAP = where(M_OTB_GAP, [[0.0, 1.0, 0.0, 1.0, 1.0], [0.0, 0.5, 0.5, 0.0, 0.0]])
+add("optimal_token_baseline_advantages/position-alignment-with-gap",
+    "align 'position': both rows meet at position 1 only (B = 0.75); row 1 alone at 2 (B = its return); row 0 "
+    "alone beyond extent 3 (zero tail)",
+    _otb(R_OTB_GAP, M_OTB_GAP, 2, [[0.5] * 5] * 2, [[0.5] * 5] * 2),
+    expect=(where(M_OTB_GAP, [[0.0, 0.25, 0.0, 1.0, 1.0], [0.0, -0.25, 0.0, 0.0, 0.0]]), RET_OTB_GAP))
+add("optimal_token_baseline_advantages/valid-token-alignment",
+    "align 'valid_token' (verl's TIR form): the tool token does not count, the rows meet at their first two "
+    "valid tokens (B = 0.75 twice); row 0's third token is alone (zero tail)",
+    _otb(R_OTB_GAP, M_OTB_GAP, 2, [[0.5] * 5] * 2, [[0.5] * 5] * 2, align="valid_token"),
+    expect=(where(M_OTB_GAP, [[0.0, 0.25, 0.0, 0.25, 1.0], [0.0, -0.25, -0.25, 0.0, 0.0]]), RET_OTB_GAP))
+# row 1 has a tool gap: 2 tokens over extent 4; row 0 has 4 tokens, extent 5; every return is 1
+M_OTB_TAIL = mask(".xxxx", ".x.x.")
+R_OTB_TAIL = [[0.0, 0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0, 0.0]]
+RET_OTB_TAIL = where(M_OTB_TAIL, [[0.0, 1.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 1.0, 0.0]])
+add("optimal_token_baseline_advantages/tail-length-extent",
+    "the zero tail starts past the other row's last position (4): only row 0's last token has no baseline",
+    _otb(R_OTB_TAIL, M_OTB_TAIL, 2, [[0.5] * 5] * 2, [[0.5] * 5] * 2),
+    expect=(where(M_OTB_TAIL, [[0.0, 0.0, 0.0, 0.0, 1.0], [0.0] * 5]), RET_OTB_TAIL))
+add("optimal_token_baseline_advantages/tail-length-count",
+    "tail_length 'count' (verl): the other row's 2 tokens laid out from the group's first column: row 0 has no "
+    "baseline from position 3, where row 1 is still present",
+    _otb(R_OTB_TAIL, M_OTB_TAIL, 2, [[0.5] * 5] * 2, [[0.5] * 5] * 2, tail_length="count"),
+    expect=(where(M_OTB_TAIL, [[0.0, 0.0, 0.0, 1.0, 1.0], [0.0] * 5]), RET_OTB_TAIL))
+add("optimal_token_baseline_advantages/tie-for-longest",
+    "two rows share the longest extent: no zero tail, the third row's baseline is unaffected",
+    _otb([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 2.0, 0.0]], mask(".xx", ".xx", ".x."), 3, [[0.5] * 3] * 3, [[0.5] * 3] * 3),
+    expect=(where(mask(".xx", ".xx", ".x."), [[0.0, 0.0, 0.5], [0.0, -1.0, -0.5], [0.0, 1.0, 0.0]]),
+            where(mask(".xx", ".xx", ".x."), [[0.0, 1.0, 1.0], [0.0, 0.0, 0.0], [0.0, 2.0, 0.0]])))
+
+
 def _dppo(p, p_old, adv, m, **kw):
     """DPPO on probabilities: logp = log p, old_logp = log p_old (masked positions hold p = p_old = 0.5)."""
     return lambda: build("dppo_token_loss", {"logp": np.log(f64(p)), "old_logp": np.log(f64(p_old)), "advantages": f64(adv),
@@ -2489,6 +2584,10 @@ PRESET_INPUTS: dict[str, Callable[..., Callable[[], cases.Case]]] = {
         mask(".xx", ".x.", ".xx") if preset == "verl" else mask(".xxx", ".x..", ".xx.", ".x..", ".xxx", "...."), **kw),
     "opo_advantages": lambda preset, **kw: _opo([1.0, -0.5], 1, mask(".xx", ".x."), **kw),
     "gpg_advantages": lambda preset, **kw: _gpg([1.0, 0.0, -2.0], 1, **kw),
+    # verl's eps 1e-8 and count-based tail: a gapped row (2 tokens over extent 4) beside a full one, IS weights
+    # 2^-13 so that W = w·rho^2 = 2^-27 per token is of the size of eps
+    "optimal_token_baseline_advantages": lambda preset, **kw: _otb(
+        R_OTB_TAIL[:1] + [[0.0] * 5], M_OTB_TAIL, 2, [[0.5] * 5] * 2, [[0.5] * 5] * 2, [[2.0**-13] * 5] * 2, **kw),
     "maxrl_advantages": lambda preset, **kw: _maxrl([1.0, 0.0, 0.5], 1, **kw),
     # three weighted reward columns, one all-equal within a group: each framework's eps shows in the z-scores
     "gdpo_advantages": lambda preset, **kw: _gdpo(
@@ -2568,6 +2667,7 @@ RANDOM_SEEDS: dict[str, tuple[int, ...]] = {
     "gdpo_advantages": (1, 2, 3),
     "maxrl_advantages": (1, 2, 3),
     "gpg_advantages": (1, 2, 3),
+    "optimal_token_baseline_advantages": (1, 6, 21),  # position / valid_token alignment, no zero tail
     "overlong_penalty": (1, 7, 16),  # the floor beyond max_length, the line beyond it, the ramp
     "shaped_rewards": (4, 7, 16),  # rewards beyond +-20 clipped after a shift; replace + shift; one-sided clip
     "entropy_top_mask": (1, 2, 3),

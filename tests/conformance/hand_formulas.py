@@ -792,6 +792,37 @@ def gpg_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, .
     return (alpha * _group_dev(r, a["group_size"], kw.get("singleton", "zero")),)
 
 
+def optimal_token_baseline_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    """Every token placed on its aligned step by a one-hot [B, T, U] tensor; the group's sums of G·W and W
+    per step by einsum; the zero tail from the sorted extents of each group."""
+    m, G, eps = a["mask"], a["group_size"], kw.get("eps", 0.0)
+    B, T = m.shape
+    returns = np.where(m, np.cumsum(_clean(m, a["token_rewards"])[:, ::-1], axis=1)[:, ::-1], 0.0)
+    w = 1.0 - 2.0 * np.exp(_clean(m, a["old_logp"])) + _clean(m, a["sum_pi_squared"])
+    if a.get("is_weights") is not None:
+        w = w * _clean(m, a["is_weights"]) ** 2
+    W = np.where(m, np.cumsum(_clean(m, w), axis=1), 0.0)
+    position = kw.get("align", "position") == "position"
+    step = np.broadcast_to(np.arange(T), (B, T)) if position else np.cumsum(m, axis=1) - 1
+    onehot = ((step[:, :, None] == np.arange(T)) & m[:, :, None]).astype(np.float64)  # [B, T, U]
+    num = np.einsum("btu,bt->bu", onehot, returns * W).reshape(-1, G, T).sum(axis=1)
+    den = np.einsum("btu,bt->bu", onehot, W).reshape(-1, G, T).sum(axis=1) + eps
+    per_step = np.repeat(_div0(num, den), G, axis=0) if G > 1 else np.zeros((B, T))
+    baseline = np.einsum("btu,bu->bt", onehot, per_step)
+    if kw.get("zero_tail", True) and G > 1:
+        count_rule = kw.get("tail_length", "extent") == "count"
+        last = np.where(m.any(axis=1), T - np.argmax(m[:, ::-1], axis=1), 0)
+        extent = (last if position and not count_rule else m.sum(axis=1)).reshape(-1, G)
+        ordered = np.sort(extent, axis=1)
+        cut = ordered[:, -2].copy()
+        if position and count_rule:
+            cut += np.where(m.any(axis=1), np.argmax(m, axis=1), T).reshape(-1, G).min(axis=1)
+        alone = (np.arange(G) == np.argmax(extent, axis=1)[:, None]) & (ordered[:, -1] > ordered[:, -2])[:, None]
+        tail = alone.reshape(B, 1) & m & (step >= np.repeat(cut, G)[:, None])
+        baseline = np.where(tail, 0.0, baseline)
+    return np.where(m, returns - baseline, 0.0), returns
+
+
 HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "token_logprobs": token_logprobs,
     "token_entropy": token_entropy,
@@ -831,6 +862,7 @@ HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "gdpo_advantages": gdpo_advantages,
     "maxrl_advantages": maxrl_advantages,
     "gpg_advantages": gpg_advantages,
+    "optimal_token_baseline_advantages": optimal_token_baseline_advantages,
     "clip_cov_mask": clip_cov_mask,
     "kl_cov_token_loss": kl_cov_token_loss,
     "kl_loss_term": kl_loss_term,

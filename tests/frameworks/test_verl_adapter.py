@@ -98,6 +98,11 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     # gpg: alpha = B / count_nonzero, mean 0 for a one-sample group (:817-818): preset verl; a float64
     # precision finding (alpha is a float32 tensor)
     'gpg_advantages': 'preset',
+    # optimal_token_baseline (align='position') / tir_optimal_token_baseline ('valid_token') with
+    # handle_zero_tail = zero_tail, each group shifted to response column 0: preset verl (eps=1e-8 in the
+    # baseline's denominator, :965, :1094; the zero tail cut at a token count used as a column, :982), decided
+    # by the property cases with tool gaps and the golden vectors preset-verl and tail-length-count
+    'optimal_token_baseline_advantages': 'preset',
     # --- spec v1.1 (rollout_corr_helper.py); every row is also 'partial': the keyword values verl has no
     # setting for are "not implemented" cases (verl_adapter.py's module docstring lists them) ---
     # verl clamps every log-ratio (and the sequence sum) to +-SAFETY_BOUND = 20 before exp
@@ -248,8 +253,8 @@ EXTRA = {  # row id -> (status, matched preset)
     'verl.kl_penalty[k1]': ('pass', None),
     'verl.kl_penalty[mse]': ('pass', None),
     'verl.kl_penalty[k2]': ('pass', None),
-    'verl.kl_penalty[low_var_kl]': ('preset', 'verl'),
-    'verl.kl_penalty[k3]': ('preset', 'verl'),
+    'verl.kl_penalty[low_var_kl]': ('preset', 'verl, skyrl, ms_swift'),
+    'verl.kl_penalty[k3]': ('preset', 'verl, skyrl, ms_swift'),
     # spec v1.1 kl_loss_term (kl.loss): "abs" is estimator='abs', the "+" suffix gradient='straight_through'
     # (the estimator's value, the gradient of the unclamped ½d², core_algos.py:2200-2213): canonical, with
     # verl's k3 clamp on the value as preset verl (= OpenRLHF's clamp=10.0; decided by the golden vectors
@@ -258,12 +263,12 @@ EXTRA = {  # row id -> (status, matched preset)
     'verl.kl_penalty[abs+]': ('pass', None),
     'verl.kl_penalty[k1+]': ('pass', None),
     'verl.kl_penalty[k2+]': ('pass', None),
-    'verl.kl_penalty[k3+]': ('preset', 'verl, openrlhf'),
-    'verl.kl_penalty[low_var_kl+]': ('preset', 'verl, openrlhf'),
-    'verl.grpo_advantages[norm_adv_by_std_in_grpo=True]': ('preset', 'verl'),  # + precision: epsilon added in float32
-    'verl.grpo_advantages[norm_adv_by_std_in_grpo=False]': ('preset', 'verl'),
-    'verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=True]': ('preset', 'verl'),
-    'verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=False]': ('preset', 'verl'),
+    'verl.kl_penalty[k3+]': ('preset', 'verl, openrlhf, skyrl, ms_swift'),
+    'verl.kl_penalty[low_var_kl+]': ('preset', 'verl, openrlhf, skyrl, ms_swift'),
+    'verl.grpo_advantages[norm_adv_by_std_in_grpo=True]': ('preset', 'verl, skyrl'),  # + precision: epsilon added in float32
+    'verl.grpo_advantages[norm_adv_by_std_in_grpo=False]': ('preset', 'verl, skyrl'),
+    'verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=True]': ('preset', 'verl, skyrl'),
+    'verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=False]': ('preset', 'verl, skyrl'),
     'verl.rloo_vectorized_advantages': ('pass', None),
     # spec v1.1: reinforce_plus_plus on the loss batch (garbage at masked positions, a masked tool token in
     # row 3): canonical at gamma 1 and 0.9 (the running return skips the tool token)
@@ -273,9 +278,13 @@ EXTRA = {  # row id -> (status, matched preset)
     # whiten(gdpo_advantages(batch_normalize=False, singleton='raw')) (preset verl), not canonical GDPO
     'verl.gdpo_advantages[K=2]': ('preset', 'verl'),
     'verl.gdpo_advantages[K=3,gdpo_reward_weights=[1.0, 0.5, 2.0]]': ('preset', 'verl'),
-    # registered estimators without a spec quantity (they need sum_v pi_v^2 per token)
-    'verl.optimal_token_baseline': ('not_implemented', None),
-    'verl.tir_optimal_token_baseline': ('not_implemented', None),
+    # spec v1.1 adv.optimal_token_baseline on a multi-turn batch in verl's layout (tool spans, garbage at masked
+    # positions): the position form's zero tail cuts row 0 (7 tokens) from column 6, where row 2 (6 tokens, to
+    # column 9) is still present: preset verl (tail_length='count'); the TIR form is canonical (1e-8 is invisible)
+    'verl.optimal_token_baseline[multi-turn batch]': ('preset', 'verl'),
+    'verl.optimal_token_baseline[multi-turn batch,rollout_is_weights]': ('preset', 'verl'),
+    'verl.tir_optimal_token_baseline[multi-turn batch]': ('pass', None),
+    'verl.tir_optimal_token_baseline[multi-turn batch,rollout_is_weights]': ('pass', None),
     'verl.compute_gae_advantage_return': ('pass', None),
     # k1 rejection thresholds read as verl documents them (ratio bounds on pi_old/pi_rollout): IcePop's
     # asymmetric "0.5_5.0" FAILs at every k1 level (verl bounds pi_rollout/pi_old: the keep decisions
@@ -324,7 +333,7 @@ def test_finding_grpo_statistics_in_float32_are_a_precision_finding(extra):
     for row_id in ("verl.grpo_advantages[norm_adv_by_std_in_grpo=True]",
                    "verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=True]"):
         row = extra[row_id]
-        assert (row.status, row.matched_preset) == ("preset", "verl"), row.message
+        assert row.status == "preset" and "verl" in row.matched_preset.split(", "), row.message
         assert [(f["dtype"], f["meets"]) for f in row.precision_findings] == [("float64", "float32")], row.precision_findings
 
 
@@ -344,15 +353,79 @@ def test_finding_singleton_groups(adapter):
 @pytest.mark.frameworks
 def test_every_registered_advantage_estimator_has_a_row(adapter, extra):
     """Every name in the installed verl's ADV_ESTIMATOR_REGISTRY is checked somewhere (a core row or a
-    framework row) or has a "not implemented" row that names the missing spec quantity."""
+    framework row): none is left "not implemented"."""
     from conformance.frameworks.verl import checks as vc
 
     registered = set(adapter.advantage_estimators())
-    assert {"reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "grpo_passk", "gpg", "gdpo"} <= registered
-    assert registered <= set(vc.ESTIMATORS) | set(vc.NO_SPEC_ESTIMATOR)
-    for name in vc.NO_SPEC_ESTIMATOR:
-        assert extra[f"verl.{name}"].status == "not_implemented"
-        assert "no spec quantity" in extra[f"verl.{name}"].message
+    assert {"reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "grpo_passk", "gpg", "gdpo",
+            "optimal_token_baseline", "tir_optimal_token_baseline"} <= registered
+    assert registered <= set(vc.ESTIMATORS)
+    assert not [r for r in extra.values() if r.id.startswith("verl.") and r.spec_id == "adv.*"]
+    for name in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        assert extra[f"verl.{name}[multi-turn batch]"].status in ("pass", "preset")
+
+
+def _otb_call(adapter, name, m, r, **params):
+    """verl's estimator `name` in its own layout (one group), pi = 0.5 and sum_pi_squared = 0.5 (w = 0.5)."""
+    arrays = {"token_level_rewards": r, "response_mask": m, "index": np.zeros(m.shape[0], dtype=np.int64),
+              "old_log_probs": np.full(m.shape, np.log(0.5)), "sum_pi_squared": np.full(m.shape, 0.5)}
+    return adapter.call("advantage", arrays, {"name": name, **params})["outputs"]
+
+
+@pytest.mark.frameworks
+def test_finding_otb_zero_tail_cuts_at_a_count_used_as_a_column(adapter):
+    """optimal_token_baseline's zero tail zeroes baselines[i*, second_max_length:] with second_max_length a
+    token count (core_algos.py:975-982). Row 0 has 4 tokens, row 1 two tokens around a tool token (columns 0
+    and 2): the cut falls at column 2, where row 1 is present, so row 0 loses its baseline there (A = 1) while
+    row 1 keeps it (A = 0). The spec's zero tail starts past the other row's last position (tail_length=
+    'extent'); verl's rule is tail_length='count' (preset verl). The TIR form compacts first: no difference."""
+    m = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0]])
+    r = np.array([[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]])  # every return is 1
+    np.testing.assert_allclose(_otb_call(adapter, "optimal_token_baseline", m, r)["advantages"],
+                               [[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]], atol=1e-7)
+    spec = {"token_rewards": np.concatenate([np.zeros((2, 1)), r], 1), "mask": np.concatenate([np.zeros((2, 1)), m], 1) > 0,
+            "group_size": 2, "old_logp": np.full((2, 5), np.log(0.5)), "sum_pi_squared": np.full((2, 5), 0.5)}
+    np.testing.assert_allclose(oracle.optimal_token_baseline_advantages(**spec)[0][:, 1:], [[0, 0, 0, 1.0], [0, 0, 0, 0]])
+    np.testing.assert_allclose(oracle.optimal_token_baseline_advantages(**spec, tail_length="count")[0][:, 1:],
+                               [[0, 0, 1.0, 1.0], [0, 0, 0, 0]])
+    np.testing.assert_allclose(_otb_call(adapter, "tir_optimal_token_baseline", m, r)["advantages"],
+                               [[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]], atol=1e-7)
+
+
+@pytest.mark.frameworks
+def test_finding_tir_otb_group_of_one_non_empty_row(adapter):
+    """tir_optimal_token_baseline leaves empty rows out of the group and gives a group of one baseline 0
+    (core_algos.py:1072-1088): with handle_zero_tail=False the non-empty row of a group keeps A = G, where
+    optimal_token_baseline (and the spec) use its own weighted return as the baseline (A = 0 up to eps). The
+    adapter reports that case "not implemented"; with the zero tail (the trainer's setting) both agree."""
+    m = np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    r = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    tir = _otb_call(adapter, "tir_optimal_token_baseline", m, r, handle_zero_tail=False)["advantages"]
+    pos = _otb_call(adapter, "optimal_token_baseline", m, r, handle_zero_tail=False)["advantages"]
+    np.testing.assert_allclose(tir[0], [1.0, 1.0, 0.0])
+    np.testing.assert_allclose(pos[0], [2e-8, 1e-8, 0.0], rtol=1e-3)  # G - G·W/(W + 1e-8), W = 0.5, 1
+    with pytest.raises(NotImplementedError, match="group of one"):
+        adapter.optimal_token_baseline_advantages(np.zeros((2, 4)), np.concatenate([np.zeros((2, 1)), m], 1) > 0, 2,
+                                                  np.full((2, 4), -1.0), np.full((2, 4), 0.5), align="valid_token",
+                                                  zero_tail=False)
+    for name in ("tir_optimal_token_baseline", "optimal_token_baseline"):
+        np.testing.assert_allclose(_otb_call(adapter, name, m, r)["advantages"][0], [1.0, 1.0, 0.0])
+
+
+@pytest.mark.frameworks
+def test_finding_otb_reads_masked_log_probs(adapter):
+    """Both estimators compute w = 1 - 2 exp(old_log_probs) + sum_pi_squared at every position and mask after
+    (core_algos.py:927-937, :1043-1053): a NaN log-prob at a masked (tool) position becomes NaN * 0 = NaN in the
+    running W, and the group's baseline at every later step is NaN for every member present there (row 1 too).
+    The spec never reads masked positions (the adapter sends 0)."""
+    m = np.array([[1.0, 0.0, 1.0], [1.0, 1.0, 1.0]])
+    arrays = {"token_level_rewards": np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]), "response_mask": m,
+              "index": np.zeros(2, dtype=np.int64), "old_log_probs": np.array([[-1.0, np.nan, -1.0], [-1.0] * 3]),
+              "sum_pi_squared": np.full((2, 3), 0.5)}
+    pos = adapter.call("advantage", arrays, {"name": "optimal_token_baseline", "handle_zero_tail": False})["outputs"]
+    assert np.isfinite(pos["advantages"][:, 0]).all() and np.isnan(pos["advantages"][:, 2]).all(), pos["advantages"]
+    tir = adapter.call("advantage", arrays, {"name": "tir_optimal_token_baseline", "handle_zero_tail": False})["outputs"]
+    assert np.isnan([tir["advantages"][0, 2], tir["advantages"][1, 1]]).all(), tir["advantages"]  # both rows' 2nd token
 
 
 @pytest.mark.frameworks

@@ -218,6 +218,107 @@ def test_rloo_singleton_raw_is_verls_loop_form():
 
 
 # ----------------------------------------------------------------------------------------------
+# adv.optimal_token_baseline
+# ----------------------------------------------------------------------------------------------
+
+
+def _otb(r, m, G, pi, S, rho=None, **kw):
+    return oracle.optimal_token_baseline_advantages(np.array(r, dtype=np.float64), np.array(m, dtype=bool), G,
+                                                    np.log(np.array(pi, dtype=np.float64)), np.array(S, dtype=np.float64),
+                                                    None if rho is None else np.array(rho, dtype=np.float64), **kw)
+
+
+def test_otb_worked_example_of_the_spec():
+    """Row 0: w = 1 - 2·0.5 + S = 0.5, 0.25, 0.25 (W = 0.5, 0.75, 1), return 1; row 1: w = 1 - 0.5 + 0.25 = 0.75
+    (W = 0.75, 1.5), return 0. B_1 = 0.5/1.25, B_2 = 0.75/2.25; row 0 alone at position 3: zero tail."""
+    m = [[0, 1, 1, 1], [0, 1, 1, 0]]
+    args = ([[0, 0, 0, 1], [0, 0, 0, 0]], m, 2, [[0.5] * 4, [0.25] * 4], [[0.5, 0.5, 0.25, 0.25], [0.25] * 4])
+    A, R = _otb(*args)
+    _close(R, [[0, 1, 1, 1], [0, 0, 0, 0]])
+    _close(A, [[0, 0.6, 2 / 3, 1], [0, -0.4, -1 / 3, 0]])
+    _close(_otb(*args, zero_tail=False)[0], [[0, 0.6, 2 / 3, 0], [0, -0.4, -1 / 3, 0]])
+
+
+def test_otb_baseline_is_the_path_weighted_mean_of_the_present_returns():
+    """B_t = Σ G W / Σ W (arXiv:2602.07078, the optimal baseline per step): with the zero tail off and every
+    row present at every step it is the weighted mean, between the smallest and the largest return."""
+    rng = np.random.default_rng(3)
+    B, T = 4, 6
+    m = np.ones((B, T), dtype=bool)
+    m[:, 0] = False
+    r = rng.normal(size=(B, T))
+    pi = rng.uniform(0.05, 0.95, size=(B, T))
+    S = pi**2 + rng.uniform(0, 1, size=(B, T)) * (1 - pi) ** 2
+    A, R = _otb(r, m, B, pi, S, zero_tail=False)
+    W = np.cumsum(np.where(m, 1 - 2 * pi + S, 0.0), axis=1)
+    G_t = np.cumsum(np.where(m, r, 0.0)[:, ::-1], axis=1)[:, ::-1]
+    baseline = np.zeros(T)
+    baseline[1:] = (G_t * W)[:, 1:].sum(axis=0) / W[:, 1:].sum(axis=0)  # column 0 is masked in every row
+    _close(R, np.where(m, G_t, 0.0))
+    _close(A, np.where(m, G_t - baseline, 0.0))
+    assert np.all((R - A)[:, 1:] >= G_t[:, 1:].min(axis=0) - 1e-12) and np.all((R - A)[:, 1:] <= G_t[:, 1:].max(axis=0) + 1e-12)
+
+
+def test_otb_is_weights_enter_squared():
+    """W is built from w·ρ²: weights 2 (row 0) and 1, 0 (row 1) give W = 2, 4 and 0.5, 0.5."""
+    A, _ = _otb([[0, 0, 1], [0, 0, 0]], [[0, 1, 1], [0, 1, 1]], 2, [[0.5] * 3] * 2, [[0.5] * 3] * 2,
+                [[1, 2, 2], [1, 1, 0]])
+    _close(A, [[0, 1 - 2 / 2.5, 1 - 4 / 4.5], [0, -2 / 2.5, -4 / 4.5]])
+    A1, _ = _otb([[0, 0, 1], [0, 0, 0]], [[0, 1, 1], [0, 1, 1]], 2, [[0.5] * 3] * 2, [[0.5] * 3] * 2, np.ones((2, 3)))
+    _close(A1, _otb([[0, 0, 1], [0, 0, 0]], [[0, 1, 1], [0, 1, 1]], 2, [[0.5] * 3] * 2, [[0.5] * 3] * 2)[0])
+
+
+def test_otb_valid_token_alignment_skips_tool_tokens():
+    """A masked tool token inserted inside a row shifts its later tokens by one column: the valid-token
+    alignment is unchanged, the position alignment pairs them with other steps."""
+    r = np.array([[0, 0, 0, 2.0, 0], [0, 0, 1.0, 0, 0]])
+    pi, S = np.full((2, 5), 0.5), np.full((2, 5), 0.4)
+    base = np.array([[0, 1, 1, 1, 0], [0, 1, 1, 0, 0]], dtype=bool)
+    gapped = np.array([[0, 1, 0, 1, 1], [0, 1, 1, 0, 0]], dtype=bool)
+    r_gapped = np.array([[0, 0, 0, 0, 2.0], [0, 0, 1.0, 0, 0]])
+    A, _ = _otb(r, base, 2, pi, S, align="valid_token")
+    Ag, _ = _otb(r_gapped, gapped, 2, pi, S, align="valid_token")
+    _close(Ag[gapped], A[base])
+    Ap, _ = _otb(r_gapped, gapped, 2, pi, S)
+    assert not np.allclose(Ap[gapped], A[base])
+
+
+def test_otb_tail_lengths():
+    """Row 1 has a tool gap (2 tokens, extent 4); row 0 has 4 tokens (extent 5): 'extent' zeroes row 0's
+    baseline past position 4, 'count' (verl) from the column 1 + 2 = 3 where row 1 is still present."""
+    m = [[0, 1, 1, 1, 1], [0, 1, 0, 1, 0]]
+    r = [[0, 0, 0, 0, 1.0], [0, 0, 0, 1.0, 0]]
+    pi, S = [[0.5] * 5] * 2, [[0.5] * 5] * 2
+    _close(_otb(r, m, 2, pi, S)[0], [[0, 0, 0, 0, 1], [0] * 5])
+    _close(_otb(r, m, 2, pi, S, tail_length="count")[0], [[0, 0, 0, 1, 1], [0] * 5])
+    _close(_otb(r, m, 2, pi, S, tail_length="count", align="valid_token")[0], _otb(r, m, 2, pi, S, align="valid_token")[0])
+
+
+def test_otb_group_of_one_and_zero_denominator():
+    m = [[0, 1, 1], [0, 1, 0]]
+    A, R = _otb([[0, 0.5, 1], [0, 2, 0]], m, 1, [[0.5] * 3] * 2, [[0.5] * 3] * 2)
+    _close(A, R)
+    _close(R, [[0, 1.5, 1], [0, 2, 0]])
+    A, R = _otb([[0, 0, 1], [0, 0, 0]], [[0, 1, 1], [0, 1, 1]], 2, np.ones((2, 3)), np.ones((2, 3)))  # w = 0
+    _close(A, R)
+    A, _ = _otb([[0, 0, 1], [0, 0, 0]], [[0, 1, 1], [0, 1, 1]], 2, np.ones((2, 3)), np.ones((2, 3)), eps=1e-8)
+    _close(A, R)
+
+
+def test_otb_errors_name_the_argument():
+    m = np.array([[0, 1, 1]], dtype=bool)
+    z = np.zeros((1, 3))
+    with pytest.raises(ValueError, match=r"^optimal_token_baseline_advantages: old_logp: expected log-probabilities <= 0"):
+        oracle.optimal_token_baseline_advantages(z, m, 1, np.array([[0.0, 0.1, -1.0]]), z)
+    with pytest.raises(ValueError, match=r"^optimal_token_baseline_advantages: is_weights: expected weights >= 0"):
+        oracle.optimal_token_baseline_advantages(z, m, 1, -np.ones((1, 3)), z, np.array([[1.0, -0.5, 1.0]]))
+    with pytest.raises(ValueError, match=r"^optimal_token_baseline_advantages: align:"):
+        oracle.optimal_token_baseline_advantages(z, m, 1, -np.ones((1, 3)), z, align="column")
+    # masked positions are never read: a positive log-prob or a negative weight there is accepted
+    oracle.optimal_token_baseline_advantages(z, m, 1, np.array([[5.0, -1.0, -1.0]]), z, np.array([[-3.0, 1.0, 1.0]]))
+
+
+# ----------------------------------------------------------------------------------------------
 # invariance: permuting a group's members permutes the advantages
 # ----------------------------------------------------------------------------------------------
 
@@ -229,6 +330,10 @@ GROUP_FUNCTIONS = {
     "gdpo_advantages": lambda r, G, m: oracle.gdpo_advantages(np.stack([r, r ** 2], 1), G, reward_weights=[1.0, 0.5]),
     "maxrl_advantages": lambda r, G, m: oracle.maxrl_advantages(r, G),
     "gpg_advantages": lambda r, G, m: oracle.gpg_advantages(r, G),
+    # per-token inputs that are functions of each row's reward, so that they move with the row
+    "optimal_token_baseline_advantages": lambda r, G, m: oracle.optimal_token_baseline_advantages(
+        np.where(m, r[:, None] * np.arange(m.shape[1]), 0.0), m, G, -0.1 - 0.3 * np.abs(r[:, None]) * np.ones(m.shape),
+        np.full(m.shape, 0.6))[0],
 }
 
 

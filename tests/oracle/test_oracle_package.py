@@ -45,6 +45,8 @@ API = {
                                                     "batch_normalize": True, "singleton": "zero"}),
     "maxrl_advantages": (["rewards", "group_size"], {"eps": 1e-6, "singleton": "zero"}),
     "gpg_advantages": (["rewards", "group_size"], {"singleton": "zero"}),
+    "optimal_token_baseline_advantages": (["token_rewards", "mask", "group_size", "old_logp", "sum_pi_squared", "is_weights"],
+                                          {"align": "position", "zero_tail": True, "tail_length": "extent", "eps": 0.0}),
 }
 WITH_GRAD = ["token_logprobs", "token_entropy", "token_logprobs_from_hidden", "token_entropy_from_hidden",
              "kl_penalty", "pg_token_loss", "ppo_token_loss", "gspo_token_loss", "cispo_token_loss",
@@ -82,7 +84,7 @@ def test_every_public_function_has_a_spec_docstring():
 
 def test_presets_exported():
     assert set(oracle.PRESETS) == {"trl", "verl", "openrlhf", "open_instruct", "rlhf_book", "areal", "skyrl",
-                                   "torchrl", "ms_swift", "oat"}
+                                   "torchrl", "ms_swift", "oat", "tinker_cookbook", "torchtune"}
 
 
 def test_oracle_imports_numpy_only():

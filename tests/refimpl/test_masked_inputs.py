@@ -89,6 +89,15 @@ def cases(dtype: torch.dtype) -> dict[str, Case]:
             refimpl.reinforce_pp_advantages, {"token_rewards": token(dtype, 15), "mask": MASK},
             {"gamma": 0.9, "gap": gap, "std_ddof": 0}, {"token_rewards": MASKED}, ())
            for gap in ("skip", "reset", "discount")},
+        # spec v1.1 adv.optimal_token_baseline: the 5 rows as one group (row 2's tool gap, row 3 empty), both
+        # alignments; every per-token input is planted
+        **{f"optimal_token_baseline_advantages-{align}": Case(
+            refimpl.optimal_token_baseline_advantages,
+            {"token_rewards": token(dtype, 17), "mask": MASK, "group_size": B, "old_logp": logp,
+             "sum_pi_squared": torch.exp(2 * logp) + 0.1, "is_weights": torch.exp(0.3 * token(dtype, 18))},
+            {"align": align, "eps": 1e-8},
+            {"token_rewards": MASKED, "old_logp": MASKED, "sum_pi_squared": MASKED, "is_weights": MASKED}, ())
+           for align in ("position", "valid_token")},
         "whiten": Case(refimpl.whiten, {"x": token(dtype, 6, 2.0, 5.0), "mask": MASK}, {"shift_mean": False},
                        {"x": MASKED}, ()),
         "pg_token_loss": Case(refimpl.pg_token_loss, {"logp": logp, "advantages": adv_bt, "mask": MASK}, {},

@@ -68,7 +68,7 @@ ROLES: dict[str, str] = {
     "truncated": "flags",  # spec v1.1 reward.shaping: bool (or exact 0/1) [B] beside the rewards
     **{n: "token" for n in ("logp", "old_logp", "ref_logp", "values", "old_values", "returns",
                             "token_rewards", "x", "token_loss", "rollout_logp", "prox_logp", "behav_logp",
-                            "draws", "entropy")},
+                            "draws", "entropy", "sum_pi_squared")},
     # the controllers' scalar state (spec v1.1 ctrl.*): "real" a finite real, "count" an int >= 0,
     # "state" a real or +inf (a measurement not taken yet)
     **{n: "real" for n in ("kl_coef", "current_kl", "coef", "current_entropy")},
@@ -81,11 +81,13 @@ SCALAR_ROLES = frozenset({"real", "count", "state"})
 SCALAR_ARG_VALUES: dict[str, tuple[Any, ...]] = {"kl_coef": (-0.1,), "n_steps": (-1,)}
 # Array arguments that may be None (so the "None" mutation does not apply): (spec function, argument) ->
 # role. kl_loss_term's old_logp is required only by its ratio forms (tested in tests/oracle/test_oracle_kl_loss.py).
-OPTIONAL_ROLES: dict[tuple[str, str], str] = {("kl_loss_term", "old_logp"): "optional token"}
+OPTIONAL_ROLES: dict[tuple[str, str], str] = {("kl_loss_term", "old_logp"): "optional token",
+                                               # spec v1.1 adv.optimal_token_baseline: rollout IS weights or None
+                                               ("optimal_token_baseline_advantages", "is_weights"): "optional weights"}
 
 CHOICES = ("estimator", "kl_estimator", "mode", "baseline", "scale", "singleton", "form", "bound",
            "level", "seq_stat", "statistic", "kl_of", "behav_mode", "method", "rejected", "divergence",
-           "surrogate", "gradient", "beyond", "gap")
+           "surrogate", "gradient", "beyond", "gap", "align", "tail_length")
 REALS = ("temperature", "eps", "eps_low", "eps_high", "dual_clip", "clip", "log_ratio_clamp", "clamp",
          "gamma", "lam", "norm_length", "num_tokens", "num_seqs", "kl_coef", "lo", "hi", "behav_cap", "threshold",
          "tau_pos", "tau_neg", "delta_low", "delta_high", "ratio_cap", "beta", "k_pos", "lambda_pos", "k_neg",
@@ -94,7 +96,7 @@ REALS = ("temperature", "eps", "eps_low", "eps_high", "dual_clip", "clip", "log_
          "factor", "truncated_scale", "truncated_value", "truncated_shift", "clip_low", "clip_high")
 INTS = ("std_ddof", "chunk_size", "vocab_chunk_size", "vocab_start", "dp_world_size", "version", "max_length",
         "buffer")
-BOOLS = ("shift_mean", "reduce_hidden_grad", "batch_normalize", "weight_kl")
+BOOLS = ("shift_mean", "reduce_hidden_grad", "batch_normalize", "weight_kl", "zero_tail")
 LAYOUTS = ("cu_seqlens", "position_ids")  # packed rows: exactly one of the two
 SEQUENCES = ("seqs_per_mask",)
 POOLS = ("pooled_entropy",)  # a 1-D float array (or a list of floats) of a batch's values
@@ -271,11 +273,12 @@ def _ragged(x: Any) -> list:
 # the catalogue
 # ----------------------------------------------------------------------------------------------
 
-FLOAT_ROLES = frozenset({"token", "optional token", "adv", "seq", "logits", "hidden", "weight", "weights"})
+FLOAT_ROLES = frozenset({"token", "optional token", "adv", "seq", "logits", "hidden", "weight", "weights",
+                         "optional weights"})
 ARRAY_ROLES = FLOAT_ROLES | {"mask", "ids", "versions", "keep", "lengths", "flags"}
 BATCHED = frozenset({"token", "optional token", "adv", "seq", "logits", "hidden", "ids", "versions", "keep", "weights",
-                     "lengths", "flags"})  # share B with the mask (or are the batch, without one)
-TIMED = frozenset({"token", "optional token", "logits", "hidden", "ids", "keep", "weights"})  # share T with the mask
+                     "optional weights", "lengths", "flags"})  # share B with the mask (or are the batch, without one)
+TIMED = frozenset({"token", "optional token", "logits", "hidden", "ids", "keep", "weights", "optional weights"})  # share T with the mask
 BOTH = ("oracle", "refimpl")
 
 
@@ -300,7 +303,7 @@ ARRAY_MUTATIONS: list[Mutation] = [
     _m("complex dtype", FLOAT_ROLES | {"mask", "ids", "versions", "keep", "lengths", "flags"}, TypeError, lambda c, n: _cast(c.value(n), "complex")),
     _m("float dtype", {"ids", "versions", "lengths"}, TypeError, lambda c, n: _cast(c.value(n), "float")),
     _m("a str", ARRAY_ROLES, TypeError, lambda c, n: "not an array"),
-    _m("None", ARRAY_ROLES - {"optional token"}, TypeError, lambda c, n: None),
+    _m("None", ARRAY_ROLES - {"optional token", "optional weights"}, TypeError, lambda c, n: None),
     _m("a NumPy array for a tensor", ARRAY_ROLES, TypeError, lambda c, n: _numpy(c.value(n)), libs=("refimpl",)),
     _m("a nested list for a tensor", ARRAY_ROLES, TypeError, lambda c, n: c.value(n).tolist(), libs=("refimpl",)),
     _m("a ragged nested list", ARRAY_ROLES, ValueError, lambda c, n: _ragged(c.value(n)), libs=("oracle",)),
@@ -341,7 +344,7 @@ ARRAY_MUTATIONS: list[Mutation] = [
     _m("float mask with NaN", {"mask", "keep"}, ValueError, lambda c, n: _mask_with(c, "float", float("nan"), n)),
     _m("int mask with 2", {"mask", "keep"}, ValueError, lambda c, n: _mask_with(c, "int", 2, n)),
     _m("int mask with -1", {"mask", "keep"}, ValueError, lambda c, n: _mask_with(c, "int", -1, n)),
-    _m("negative weight at a valid position", {"weights"}, ValueError,
+    _m("negative weight at a valid position", {"weights", "optional weights"}, ValueError,
        lambda c, n: _set(c.value(n), _first_valid(c), -0.5)),
     _m("mask[:, 0] set", {"mask"}, ValueError, lambda c, n: _set(c.value(n), (0, 0), True)),
     _m("mask[:, 0] set (float mask)", {"mask"}, ValueError, lambda c, n: _set(_cast(c.value(n), "float"), (0, 0), 1.0)),
@@ -357,7 +360,7 @@ SCALAR_UPSTREAM: list[tuple[str, Any, type[Exception]]] = [
 
 
 def _group_mutations(call: Call) -> list[tuple[str, Any, type[Exception]]]:
-    B = call.args["rewards"].shape[0]
+    B = call.args.get("rewards", call.mask).shape[0]  # the mask's rows where there are no [B] rewards
     return [
         ("0", 0, ValueError),
         ("negative", -2, ValueError),

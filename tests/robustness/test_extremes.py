@@ -438,7 +438,13 @@ def _estimator_calls(lib, r, n: int):
     mask[:, 1:] = True
     mod = oracle if lib is np else refimpl
     stack = np.stack if lib is np else torch.stack
+    # the optimal token baseline: the reward on each row's last token, a different path weight W per row
+    zero = r * 0
+    old_logp = -0.1 - (lib.arange(n) % 5) / 10.0
+    otb = (stack([zero, zero, r], 1), mask, n, stack([old_logp, old_logp, 2 * old_logp], 1), stack([zero + 0.5] * 3, 1))
     return {
+        **{f"optimal_token_baseline[{align}]": mod.optimal_token_baseline_advantages(*otb, align=align)[0]
+           for align in ("position", "valid_token")},
         "reinforce_pp_baseline[token]": mod.reinforce_pp_baseline_advantages(r, n, mask, eps=0.0),
         "reinforce_pp_baseline[sequence]": mod.reinforce_pp_baseline_advantages(r, n // 2, mask, level="sequence", eps=0.0),
         "opo": mod.opo_advantages(r, n, mask),
@@ -460,6 +466,24 @@ def test_estimators_on_a_million_identical_rewards(dtype):
 def test_oracle_estimators_on_identical_rewards():
     for name, a in _estimator_calls(np, np.full(10**4, 0.7), 10**4).items():
         assert np.count_nonzero(a) == 0, name
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("align", ["position", "valid_token"])
+def test_optimal_token_baseline_at_extreme_probabilities_and_weights(align, dtype):
+    """One group: row 0 certain (π = 1, Σπ² = 1: w = 0) with a weight of 1e30, row 1 with π = e^-100
+    (w = 1 + Σπ²) weighted 1e30 (w·ρ² = 1.3e60, computed in float64), row 2 with weight 1e-30; ±1e30 and
+    log-ratios of -100 at masked positions. The baseline is a weighted mean of the present returns: row 1's
+    return where it is present, finite everywhere, the oracle's values."""
+    m = np.array([[0, 1, 1, 0], [0, 1, 1, 1], [0, 1, 0, 1]], dtype=bool)
+    args = {"token_rewards": np.where(m, [[0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, -1.0], [0.0, 0.0, 0.0, 0.5]], 1e30),
+            "mask": m, "group_size": 3,
+            "old_logp": np.where(m, [[0.0] * 4, [-100.0] * 4, [-0.5] * 4], -100.0),
+            "sum_pi_squared": np.where(m, [[1.0] * 4, [0.3] * 4, [0.5] * 4], -1e30),
+            "is_weights": np.where(m, [[1e30] * 4, [1e30] * 4, [1e-30] * 4], 1e30)}
+    (adv, ret), _ = run_both("optimal_token_baseline_advantages", args, {"align": align, "zero_tail": False}, dtype)
+    assert np.all(np.isfinite(adv)) and np.all(np.isfinite(ret))
+    assert np.all(adv[1][m[1]] == 0)  # row 1 dominates every step it is present at: its own return
 
 
 # ----------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ What is called (verl 0.9.1; paths relative to ``verl/``):
 | ``opo_advantages`` | ``core_algos.py::compute_opo_outcome_advantage`` (:640) on the token layout, read at each row's first valid token; a row without valid tokens is "not implemented" (verl shows no advantage for it) |
 | ``grpo_passk_advantages`` | ``core_algos.py::compute_grpo_passk_outcome_advantage`` (:472) with ``AlgoConfig(norm_adv_by_std_in_grpo = scale == "group")`` |
 | ``gpg_advantages`` | ``core_algos.py::compute_gpg_outcome_advantage`` (:771) |
+| ``optimal_token_baseline_advantages`` | ``core_algos.py::compute_optimal_token_baseline_advantage`` (:872, ``"optimal_token_baseline"``) for ``align="position"``, ``compute_multi_turn_optimal_token_baseline_advantage`` (:991, ``"tir_optimal_token_baseline"``) for ``"valid_token"``, with ``old_log_probs``, ``sum_pi_squared`` and ``rollout_is_weights`` as the trainer passes them (``ray_trainer.py:264-276``) and ``handle_zero_tail`` = ``zero_tail``; each group laid out from its first valid column (see below) |
 | ``gae`` | ``core_algos.py::compute_gae_advantage_return`` (:216): ``returns``; advantages = ``returns - values`` (see below) |
 | ``whiten`` | ``utils/torch_functional.py::masked_whiten`` (:329) |
 | ``kl_penalty`` | ``core_algos.py::kl_penalty`` (:2188) with ``"k1"``, ``"k2"``, ``"k3"`` (= ``"kl"``, ``"mse"``, ``"low_var_kl"``) |
@@ -99,6 +100,15 @@ Conventions this adapter converts (the checks never do):
   ``dual_clip=None`` is ``clip_ratio_c=inf``, which turns it off exactly); CISPO's missing lower bound (``eps_low=None``) is
   ``clip_ratio_low=1.0`` (a lower bound of 0, which no ratio crosses), its absolute bound ``E`` is
   ``clip_ratio_high=E-1``; ``value_token_loss(clip=None)`` is ``cliprange_value=inf``.
+- ``optimal_token_baseline_advantages``: verl's completions start at column 0 of the response tensor, and
+  its zero tail cuts at ``second_max_length``, a token count used as a column (core_algos.py:982). So the
+  rows of each group are shifted left together until the group's first valid column is column 0 (the
+  columns before it are masked in every row of the group; the spec's position alignment is unchanged), and
+  the outputs are shifted back; ``returns`` is read at valid positions only (verl's reverse cumsum is
+  non-zero at masked positions inside a row). The trainer passes neither ``handle_zero_tail`` nor
+  ``epsilon`` (always ``True`` and ``1e-8``); ``eps`` and ``tail_length`` are left to the preset. Not
+  expressible: ``align="valid_token"`` with ``zero_tail=False`` on a group with a single non-empty row
+  (verl's TIR form drops empty rows from the group and gives a group of one baseline 0, :1072-1088).
 - ``gae``: verl returns whitened advantages (``masked_whiten`` inside ``compute_gae_advantage_return``,
   :259) and ``returns = advantages + values`` computed before the whitening (:258). The spec's
   (unwhitened) advantages are therefore ``returns - values``; the whitened output is checked as
@@ -292,6 +302,59 @@ class VerlAdapter(SubprocessAdapter):
         """``gpg`` (core_algos.py:770-830)."""
         out, r, _ = self._grouped_call("gpg_advantages", "gpg", rewards, group_size)
         return np.asarray(out["advantages"])[:, 0].astype(r.dtype)
+
+    def optimal_token_baseline_advantages(self, token_rewards: Any, mask: Any, group_size: int, old_logp: Any,
+                                          sum_pi_squared: Any, is_weights: Any = None, *, align: str = "position",
+                                          zero_tail: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """``optimal_token_baseline`` (core_algos.py:871-987) or ``tir_optimal_token_baseline`` (:990-1121) with
+        ``handle_zero_tail=zero_tail``, each group laid out from its first valid column (module docstring)."""
+        fn = "optimal_token_baseline_advantages"
+        r = io.float_array(fn, "token_rewards", token_rewards, 2)
+        m = io.check_mask(fn, mask, r.shape)
+        if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 1 or r.shape[0] % group_size:
+            raise io.fail(fn, "group_size", f"expected an integer >= 1 dividing B = {r.shape[0]}, got {group_size!r}")
+        G = int(group_size)
+        inputs = {"token_level_rewards": ("token_rewards", r), "old_log_probs": ("old_logp", old_logp),
+                  "sum_pi_squared": ("sum_pi_squared", sum_pi_squared)}
+        if is_weights is not None:
+            inputs["rollout_is_weights"] = ("is_weights", is_weights)
+        self._choice(fn, "align", align, ("position", "valid_token"))
+        if not isinstance(zero_tail, (bool, np.bool_)):
+            raise io.fail(fn, "zero_tail", f"expected a bool, got {zero_tail!r}", TypeError)
+        B, T = m.shape
+        non_empty = m.any(axis=1).reshape(-1, G).sum(axis=1)
+        if align == "valid_token" and not zero_tail and G > 1 and (non_empty == 1).any():
+            raise NotImplementedError("verl's tir_optimal_token_baseline leaves rows without response tokens out of "
+                                      "their group and gives a group of one baseline 0 (core_algos.py:1072-1088): with "
+                                      "handle_zero_tail=False a group with a single non-empty row gets A = G")
+        first = np.where(m.any(axis=1), np.argmax(m, axis=1), T).reshape(-1, G).min(axis=1)
+        shift = np.repeat(first, G)  # each group's first valid column becomes verl's column 0
+        width = max(int((T - shift).max()) if B else 0, 1)
+        arrays: dict[str, np.ndarray] = {}
+        for key, (name, value) in inputs.items():
+            x = io.float_array(fn, name, value, 2)
+            if x.shape != m.shape:
+                raise io.fail(fn, name, f"expected shape {m.shape} (the mask's), got {x.shape}")
+            io.check_finite(fn, name, x, m)
+            arrays[key] = self._response_layout(io.clean(x, m).astype(r.dtype), shift, width)
+        arrays["response_mask"] = self._response_layout(io.as_mask_of(m, r.dtype), shift, width)
+        arrays["index"] = np.arange(B, dtype=np.int64) // G
+        name = "optimal_token_baseline" if align == "position" else "tir_optimal_token_baseline"
+        out = self._worker.call("advantage", arrays, {"name": name, "handle_zero_tail": bool(zero_tail)})["outputs"]
+        back = {k: np.zeros(m.shape, dtype=np.float64) for k in ("advantages", "returns")}
+        for k, spec_layout in back.items():
+            verl_layout = np.asarray(out[k], dtype=np.float64)
+            for b in range(B):
+                spec_layout[b, shift[b]:] = verl_layout[b, :T - shift[b]]
+        return io.masked_out(back["advantages"], m, r.dtype), io.masked_out(back["returns"], m, r.dtype)
+
+    @staticmethod
+    def _response_layout(x: np.ndarray, shift: np.ndarray, width: int) -> np.ndarray:
+        """[B, width]: row b of ``x`` from column ``shift[b]`` on, zero-padded on the right."""
+        out = np.zeros((x.shape[0], width), dtype=x.dtype)
+        for b in range(x.shape[0]):
+            out[b, :x.shape[1] - shift[b]] = x[b, shift[b]:]
+        return out
 
     def gdpo_token_advantages(self, rewards: np.ndarray, group_size: int, mask: np.ndarray,
                               reward_weights: list[float] | None = None) -> np.ndarray:

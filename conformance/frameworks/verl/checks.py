@@ -13,8 +13,9 @@ covariance-selected tokens, ``clip_cov`` (``ppo_token_loss(dual_clip=None) · cl
 
 For spec v1.1's advantage estimators, every name in verl's ``ADV_ESTIMATOR_REGISTRY`` has a row
 (``ESTIMATORS`` says where): the core-API rows of the adapter, ``reinforce_plus_plus`` on the loss batch,
-``gdpo`` as a composition with ``adv.whiten``, and "not implemented" rows for the optimal-token-baseline
-estimators (``NO_SPEC_ESTIMATOR``) and for any registered name this module does not know.
+``gdpo`` as a composition with ``adv.whiten``, the two optimal-token-baseline estimators on a multi-turn
+batch in verl's own layout (``otb_batch``), and a "not implemented" row for any registered name this
+module does not know.
 
 Entry point: ``extra_rows(adapter, seed) -> list[RowResult]`` (``adapter`` is a
 ``conformance.frameworks.verl.adapter.VerlAdapter``). Row ids look like ``verl.agg_loss[seq-mean-token-mean,local]``,
@@ -552,32 +553,22 @@ ESTIMATORS = {
     "grpo_passk": "core row grpo_passk_advantages",
     "gpg": "core row gpg_advantages (singleton 'raw', preset verl)",
     "gdpo": "verl.gdpo_advantages[*] (a composition with adv.whiten)",
-}
-NO_SPEC_ESTIMATOR = {  # registered estimators with no spec quantity: "not implemented" rows that say what is missing
-    "optimal_token_baseline": (
-        "Optimal Token Baseline (core_algos.py:871-987) has no spec quantity: per group a per-position baseline "
-        "B_t = sum_i G_{i,t} W_{i,t} / (sum_i W_{i,t} + 1e-8), W_t = cumsum_t of (1 - 2 pi_t + sum_v pi_v^2) * mask "
-        "(times the squared rollout IS weight when given), G the reward-to-go; A = (G - B) * mask, with the baseline "
-        "zeroed beyond the second-longest row of the group (handle_zero_tail). It needs sum_v pi_v^2 per token, "
-        "the full next-token distribution, which no spec input carries. Missing spec quantity: the path-variance "
-        "weighted per-token baseline"),
-    "tir_optimal_token_baseline": (
-        "Multi-turn Optimal Token Baseline (core_algos.py:990-1121) has no spec quantity: the same baseline as "
-        "optimal_token_baseline over each row's valid tokens compacted (tool tokens removed, positions counted in "
-        "valid steps), empty rows left out of their group. Missing spec quantity: the path-variance weighted "
-        "per-token baseline (it needs sum_v pi_v^2 per token)"),
+    "optimal_token_baseline": "core row optimal_token_baseline_advantages (align='position': eps 1e-8 and the "
+                              "count-based zero tail, preset verl); verl.optimal_token_baseline[multi-turn batch,*]",
+    "tir_optimal_token_baseline": "core row optimal_token_baseline_advantages (align='valid_token'); "
+                                  "verl.tir_optimal_token_baseline[multi-turn batch,*]",
 }
 
 
 def estimator_rows(adapter: Any, seed: int) -> list[RowResult]:
-    """The framework rows of the spec v1.1 estimators, the "not implemented" rows of the estimators no
-    spec quantity covers, and a "not implemented" row for any estimator the installed verl registers that
-    this module does not know (a new verl)."""
+    """The framework rows of the spec v1.1 estimators and a "not implemented" row for any estimator the
+    installed verl registers that this module does not know (a new verl)."""
     rows = [reinforce_pp_loss_batch_row(adapter, seed, gamma) for gamma in (1.0, 0.9)]
     rows += [gdpo_row(adapter, seed, K, weights) for K, weights in ((2, None), (3, [1.0, 0.5, 2.0]))]
-    rows += [not_implemented_row(f"verl.{name}", "adv.*", f"verl.{name}", adapter, why) for name, why in NO_SPEC_ESTIMATOR.items()]
+    rows += [otb_row(adapter, seed, name, weighted) for name in ("optimal_token_baseline", "tir_optimal_token_baseline")
+             for weighted in (False, True)]
     for name in adapter.advantage_estimators():
-        if name not in ESTIMATORS and name not in NO_SPEC_ESTIMATOR:
+        if name not in ESTIMATORS:
             rows.append(not_implemented_row(f"verl.{name}", "adv.*", f"verl.{name}", adapter,
                                             f"advantage estimator {name!r} is registered by this verl but has no configuration "
                                             "in conformance/frameworks/verl/checks.py (ESTIMATORS)"))
@@ -639,6 +630,91 @@ def gdpo_row(adapter: Any, seed: int, K: int, weights: list[float] | None, G: in
     parts = [f"K={K}"] + ([f"gdpo_reward_weights={weights}"] if weights is not None else [])
     return composition_row(f"verl.gdpo_advantages[{','.join(parts)}]", "adv.gdpo+adv.whiten", "verl.compute_gdpo_outcome_advantage",
                            adapter, got, cands, {"value": tolerance("adv.whiten", DTYPE, "value")}, seed=seed)
+
+
+# verl's layout of a multi-turn batch: every completion starts at response column 0, tool observations are
+# masked spans inside it. Per row: the (start, stop) spans of model tokens; groups of 4 rows.
+OTB_SPANS = (
+    ((0, 3), (5, 9)),  # 7 tokens over 9 columns: the longest by count
+    ((0, 6),),  # 6 tokens
+    ((0, 2), (6, 10)),  # 6 tokens, the last one at column 9: the longest by extent
+    ((0, 4),),
+    ((0, 5),),  # second group
+    (),  # an empty completion
+    ((0, 3), (4, 7)),  # 6 tokens, extent 7
+    ((0, 7),),  # 7 tokens, extent 7: a tie for the longest extent, the unique longest count
+)
+OTB_G, OTB_R = 4, 10
+
+
+def otb_batch(seed: int) -> dict[str, np.ndarray]:
+    """The optimal token baseline's inputs in verl's layout [B, R] (``OTB_SPANS``), float32-rounded and held in
+    float64: an outcome score on each completion's last token plus a small dense reward, sampled tokens from
+    confident to flat with a consistent sum_pi_squared (pi^2 + f (1 - pi)^2), truncated IS weights; finite
+    garbage at every masked position, as padding holds."""
+    rng = np.random.default_rng(seed + 23)
+    B = len(OTB_SPANS)
+    m = np.zeros((B, OTB_R), dtype=bool)
+    for b, spans in enumerate(OTB_SPANS):
+        for start, stop in spans:
+            m[b, start:stop] = True
+    r = rng.normal(0.0, 0.05, size=(B, OTB_R))
+    for b in range(B):
+        if m[b].any():
+            r[b, np.flatnonzero(m[b])[-1]] += float(rng.integers(0, 2))
+    logp = -np.abs(rng.normal(0.0, 1.0, size=(B, OTB_R))) - 1e-3
+    pi = np.exp(logp)
+    s2 = pi**2 + rng.uniform(0.0, 1.0, size=(B, OTB_R)) * (1 - pi) ** 2
+    w = np.minimum(np.exp(rng.normal(0.0, 0.4, size=(B, OTB_R))), 2.0)
+    garbage = rng.uniform(-3.0, 3.0, size=(4, B, OTB_R))
+    batch = {"token_level_rewards": np.where(m, r, garbage[0]), "old_log_probs": np.where(m, logp, garbage[1]),
+             "sum_pi_squared": np.where(m, s2, garbage[2]), "rollout_is_weights": np.where(m, w, garbage[3])}
+    return {**round_batch(batch, DTYPE), "response_mask": m}
+
+
+def otb_row(adapter: Any, seed: int, name: str, weighted: bool) -> RowResult:
+    """``optimal_token_baseline`` / ``tir_optimal_token_baseline`` as ``ray_trainer.compute_advantage`` calls them
+    (defaults ``handle_zero_tail=True``, ``epsilon=1e-8``; ``rollout_is_weights`` when the batch has them) on
+    ``otb_batch`` in verl's own layout, garbage included; the spec's arrays are that batch behind a one-token
+    prompt. Candidates: canonical, preset verl (eps 1e-8 and the count-based zero tail), then each alone."""
+    b = otb_batch(seed)
+    m_verl = b["response_mask"]
+    B = m_verl.shape[0]
+    arrays = {k: b[k].astype(np.float32) for k in ("token_level_rewards", "old_log_probs", "sum_pi_squared")}
+    if weighted:
+        arrays["rollout_is_weights"] = b["rollout_is_weights"].astype(np.float32)
+    arrays.update(response_mask=m_verl.astype(np.float32), index=np.arange(B, dtype=np.int64) // OTB_G)
+    prompt = np.zeros((B, 1))
+    m = np.concatenate([np.zeros((B, 1), dtype=bool), m_verl], axis=1)
+    spec = {k: np.concatenate([prompt + 5.0, b[k]], axis=1) for k in ("token_level_rewards", "old_log_probs", "sum_pi_squared",
+                                                                    "rollout_is_weights")}
+    align = "position" if name == "optimal_token_baseline" else "valid_token"
+
+    def got() -> dict[str, Any]:
+        out = adapter.call("advantage", arrays, {"name": name})["outputs"]
+        back = {k: np.concatenate([prompt, np.asarray(out[k], dtype=np.float64)], axis=1) for k in ("advantages", "returns")}
+        return {"value": np.where(m, back["advantages"], 0.0), "returns": np.where(m, back["returns"], 0.0)}
+
+    def ev(kw: dict[str, Any]) -> Any:
+        def run() -> dict[str, Any]:
+            A, R = oracle.optimal_token_baseline_advantages(
+                spec["token_level_rewards"], m, OTB_G, spec["old_log_probs"], spec["sum_pi_squared"],
+                spec["rollout_is_weights"] if weighted else None, align=align, **kw)
+            return {"value": A, "returns": R}
+        return run
+
+    asked = f"align={align!r}" + (", is_weights" if weighted else "")
+    preset = oracle.presets.preset_kwargs("verl", "optimal_token_baseline_advantages")
+    cands = [Candidate("canonical", f"optimal_token_baseline_advantages({asked})", ev({}))]
+    cands += [Candidate(fmt(kw), f"optimal_token_baseline_advantages({asked}, {fmt(kw)})", ev(kw),
+                        preset="verl" if kw == preset else None, kwargs=kw)
+              for kw in (preset, {"eps": 1e-8}, {"tail_length": "count"})]
+    tol = {"value": tolerance("adv.optimal_token_baseline", DTYPE, "value"),
+           "returns": tolerance("adv.optimal_token_baseline", DTYPE, "value")}
+    label = "multi-turn batch" + (",rollout_is_weights" if weighted else "")
+    return composition_row(f"verl.{name}[{label}]", "adv.optimal_token_baseline",
+                           f"verl.compute{'_multi_turn' if align == 'valid_token' else ''}_optimal_token_baseline_advantage",
+                           adapter, got, cands, tol, seed=seed)
 
 
 def gae_whitened_row(adapter: Any, seed: int, n_seeds: int = 8) -> RowResult:
