@@ -177,7 +177,9 @@ def _gspo_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
     return _far(s, [1 - kw.get("eps_low", 3e-4), 1 + kw.get("eps_high", 4e-4)])
 
 
-def _kl_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
+def _kl_conditioned(args: dict[str, Any], kw: dict[str, Any], default_estimator: str = "k1") -> bool:
+    """The KL estimators' clamp kinks: d off ±log_ratio_clamp and the estimate off ±clamp. abs's kink at
+    d = 0 needs none: the sign of a difference of two rounded inputs is exact."""
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in hostile cases: not near a kink
         d = (args["logp"] - args["ref_logp"])[args["mask"]]
     if kw.get("log_ratio_clamp") is not None:
@@ -186,8 +188,9 @@ def _kl_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
             return False
         d = np.clip(d, -c, c)
     if kw.get("clamp") is not None:
-        est = kw.get("estimator", "k1")
-        k = {"k1": d, "k2": d * d / 2, "k3": np.expm1(-d) + d}[est]
+        est = kw.get("estimator", default_estimator)
+        with np.errstate(over="ignore"):
+            k = {"k1": d, "k2": d * d / 2, "k3": np.expm1(-d) + d, "abs": np.abs(d)}[est]
         return _far(k, [-kw["clamp"], kw["clamp"]])
     return True
 
@@ -340,22 +343,10 @@ def _kl_cov_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
 def _kl_loss_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
     """kl.estimator's clamp kinks where the gradient reads them ("estimator", "bias_corrected"); the
     straight-through and unbiased gradients w·d are continuous (their clamps act on the value only, and
-    w = min(r, cap) is a constant factor). abs's kink at d = 0 needs none: the sign of a difference of two
-    rounded inputs is exact."""
+    w = min(r, cap) is a constant factor)."""
     if kw.get("gradient", "estimator") in ("straight_through", "unbiased"):
         return True
-    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf in hostile cases: not near a kink
-        d = (args["logp"] - args["ref_logp"])[args["mask"]]
-    if kw.get("log_ratio_clamp") is not None:
-        c = kw["log_ratio_clamp"]
-        if not _far(d, [-c, c]):
-            return False
-        d = np.clip(d, -c, c)
-    if kw.get("clamp") is not None:
-        with np.errstate(over="ignore"):
-            k = {"k1": d, "k2": d * d / 2, "k3": np.expm1(-d) + d, "abs": np.abs(d)}[kw.get("estimator", "k3")]
-        return _far(k, [-kw["clamp"], kw["clamp"]])
-    return True
+    return _kl_conditioned(args, kw, default_estimator="k3")
 
 
 def _entropy_mask_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:

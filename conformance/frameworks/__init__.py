@@ -12,8 +12,9 @@ A framework's folder holds everything about it:
 - ``README.md``: what is called, what is stubbed, what was found.
 
 Beside them, the machinery they share: ``subprocess_worker.py`` / ``subprocess_adapter.py`` (the
-isolated environments and the JSON-lines worker), ``spec_io.py`` (spec-side array conversions) and
-``checks.py`` (fixed-keyword and composition rows). Adding a framework is adding one folder.
+isolated environments and the JSON-lines worker), ``shared_ops.py`` (what several ``ops.py`` share, loaded
+by the worker), ``spec_io.py`` (spec-side argument checks and conversions) and ``checks.py`` (fixed-keyword
+and composition rows). Adding a framework is adding one folder.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
-"""Spec-side array handling shared by the subprocess adapters (verl, OpenRLHF): argument checks, the
-masked-position policy and the conversions to response tensors.
+"""Spec-side argument handling shared by the subprocess adapters (every framework run through the
+worker): the checks of the spec functions' arguments (arrays, masks, finiteness, numbers, fractions,
+choices, clip and rollout-correction settings, lengths), the masked-position policy and the
+conversions to response tensors. A check has one name and one error text here, ``"<function>:
+<argument>: <what was expected>, got ..."``, whichever adapter calls it.
 
 The masked-position policy: a framework never receives the spec's masked positions as they are.
 Token-aligned float inputs are sent with 0 where ``mask`` is False (``clean``), row-wise inputs
@@ -15,6 +18,7 @@ multiplied by the mask, and the upstream it is given is 0 at masked positions.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -53,6 +57,201 @@ def check_finite(fn: str, name: str, x: np.ndarray, where: np.ndarray | None = N
     values = x if where is None else x[where]
     if not np.isfinite(values).all():
         raise fail(fn, name, "non-finite value at a valid position")
+
+
+def token_arrays(fn: str, mask: Any, *, finite: bool = False, **arrays: Any) -> tuple[np.ndarray, ...]:
+    """Token-aligned ``[B, T]`` float arrays named by the keywords, in that order, and the mask: each
+    array as :func:`float_array` (2-D), the ones after the first in the first's dtype and of its shape,
+    then the mask (:func:`check_mask`) of that shape; with ``finite`` every array finite at the valid
+    positions. Returns ``(*arrays, mask)``."""
+    items = list(arrays.items())
+    first_name, first = items[0]
+    x0 = float_array(fn, first_name, first, 2)
+    out = [x0]
+    for name, value in items[1:]:
+        x = float_array(fn, name, value, 2).astype(x0.dtype)
+        if x.shape != x0.shape:
+            raise fail(fn, name, f"expected [B, T] = {list(x0.shape)}, got shape {x.shape}")
+        out.append(x)
+    m = check_mask(fn, mask, x0.shape)
+    if finite:
+        for (name, _), x in zip(items, out):
+            check_finite(fn, name, x, m)
+    return (*out, m)
+
+
+def rollout_inputs(fn: str, old_logp: Any, rollout_logp: Any, mask: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(old, rollout, mask)`` of the rollout-correction functions (``rollout_is_weights``,
+    ``rollout_rejection_mask``): rollout in old's dtype and shape, both finite at valid positions."""
+    return token_arrays(fn, mask, finite=True, old_logp=old_logp, rollout_logp=rollout_logp)
+
+
+def chunk_arrays(fn: str, chunks: Any, masks: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """``micro_batched_loss``'s token-loss chunks (each 2-D) and their masks (each of its chunk's shape)."""
+    xs = [float_array(fn, "token_loss_chunks", x, 2) for x in chunks]
+    return xs, [check_mask(fn, m, x.shape) for x, m in zip(xs, masks)]
+
+
+def row_scores(fn: str, scores: Any, B: int) -> np.ndarray:
+    """``rlhf_token_rewards``' ``scores``: ``[B]``, finite."""
+    s = float_array(fn, "scores", scores, 1)
+    if s.shape[0] != B:
+        raise fail(fn, "scores", f"expected [B] = [{B}], got shape {s.shape}")
+    check_finite(fn, "scores", s)
+    return s
+
+
+# ---------------------------------------------------------------------------------------------
+# Keyword arguments: numbers, fractions, flags, choices
+# ---------------------------------------------------------------------------------------------
+
+
+def number(fn: str, name: str, value: Any, *, low: float | None = 0.0, strict: bool = False) -> float:
+    """A finite real number (not a bool) as a float, ``>= low`` (``> low`` with ``strict``; no bound when
+    ``low`` is None)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise fail(fn, name, f"expected a number, got {value!r}", TypeError)
+    v = float(value)
+    if low is None:
+        if not math.isfinite(v):
+            raise fail(fn, name, f"expected a finite number, got {value!r}")
+    elif not math.isfinite(v) or (v <= low if strict else v < low):
+        raise fail(fn, name, f"expected a finite number {'>' if strict else '>='} {low:g}, got {value!r}")
+    return v
+
+
+def unit_interval(fn: str, name: str, value: Any, *, strict: bool = False) -> float:
+    """A number in ``[0, 1]`` (``(0, 1]`` with ``strict``): a discount, a quantile, a fraction of tokens."""
+    v = number(fn, name, value, strict=strict)
+    if v > 1.0:
+        raise fail(fn, name, f"expected {'0 <' if strict else '0 <='} {name} <= 1, got {value!r}")
+    return v
+
+
+def bounds(fn: str, lo: Any, hi: Any, *, ratio: bool) -> tuple[float | None, float | None]:
+    """The optional bounds ``lo``/``hi`` of a rollout-correction statistic: each None or a finite number
+    (``> 0`` for a ``ratio``), ``lo <= hi`` when both are given."""
+    low = 0.0 if ratio else None
+    lo = None if lo is None else number(fn, "lo", lo, low=low, strict=ratio)
+    hi = None if hi is None else number(fn, "hi", hi, low=low, strict=ratio)
+    if lo is not None and hi is not None and lo > hi:
+        raise fail(fn, "lo", f"expected lo <= hi, got lo={lo!r} > hi={hi!r}")
+    return lo, hi
+
+
+def boolean(fn: str, name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise fail(fn, name, f"expected a bool, got {value!r}", TypeError)
+    return bool(value)
+
+
+def choice(fn: str, name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    """One of the names ``allowed`` (a TypeError for a value that is not a str, as the spec's own check)."""
+    if not isinstance(value, str):
+        raise fail(fn, name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}", TypeError)
+    if value not in allowed:
+        raise fail(fn, name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
+    return value
+
+
+def clip_range(fn: str, low: Any, high: Any, names: tuple[str, str] = ("eps_low", "eps_high")) -> tuple[float, float]:
+    """A clip range's two half-widths (``eps_low``/``eps_high``, DPPO's ``delta_low``/``delta_high``): numbers >= 0."""
+    return number(fn, names[0], low), number(fn, names[1], high)
+
+
+def clip_cov_settings(fn: str, fraction: Any, cov_low: Any, cov_high: Any) -> tuple[float, float, float]:
+    """``clip_cov_mask``'s ``fraction`` (in ``(0, 1]``) and its covariance band ``cov_low < cov_high`` (finite)."""
+    f = unit_interval(fn, "fraction", fraction, strict=True)
+    lo, hi = number(fn, "cov_low", cov_low, low=None), number(fn, "cov_high", cov_high, low=None)
+    if not lo < hi:
+        raise fail(fn, "cov_high", f"expected a finite number > cov_low = {cov_low!r}, got {cov_high!r}")
+    return f, lo, hi
+
+
+GRPO_SCALES = ("group", "batch", "none")
+KL_LOSS_ESTIMATORS = ("k1", "k2", "k3", "abs")
+KL_GRADIENTS = ("estimator", "straight_through", "unbiased", "bias_corrected")
+IS_LEVELS = ("token", "sequence")
+IS_SEQ_STATS = ("product", "geometric")
+IS_MODES = ("none", "truncate", "mask")
+RS_STATISTICS = ("ratio", "k1", "k2", "k3")
+RS_LEVELS = ("token", "seq_sum", "seq_mean", "seq_max", "seq_all")
+KL_OF = ("rollout_old", "old_rollout")
+
+
+def kl_loss_keywords(fn: str, estimator: Any, gradient: Any) -> None:
+    """``kl_loss_term``'s ``estimator`` and ``gradient``."""
+    choice(fn, "estimator", estimator, KL_LOSS_ESTIMATORS)
+    choice(fn, "gradient", gradient, KL_GRADIENTS)
+
+
+def is_keywords(fn: str, level: Any, seq_stat: Any, mode: Any, batch_normalize: Any) -> None:
+    """``rollout_is_weights``' ``level``, ``seq_stat``, ``mode`` and ``batch_normalize``."""
+    choice(fn, "level", level, IS_LEVELS)
+    choice(fn, "seq_stat", seq_stat, IS_SEQ_STATS)
+    choice(fn, "mode", mode, IS_MODES)
+    boolean(fn, "batch_normalize", batch_normalize)
+
+
+def rejection_keywords(fn: str, statistic: Any, level: Any) -> None:
+    """``rollout_rejection_mask``'s ``statistic`` and ``level`` (``kl_of``: ``choice(..., KL_OF)``)."""
+    choice(fn, "statistic", statistic, RS_STATISTICS)
+    choice(fn, "level", level, RS_LEVELS)
+
+
+def agg_mode(fn: str, mode: Any, *, norm_length: Any = None, needs_norm: bool = False) -> str:
+    """A spec aggregation ``mode``; with ``needs_norm``, ``norm_length`` is required by
+    ``seq_mean_token_sum_norm``."""
+    choice(fn, "mode", mode, tuple(AGG_MODES))
+    if needs_norm and mode == "seq_mean_token_sum_norm" and norm_length is None:
+        raise fail(fn, "norm_length", "required for mode 'seq_mean_token_sum_norm'")
+    return mode
+
+
+# ---------------------------------------------------------------------------------------------
+# reward.overlong and reward.shaping inputs
+# ---------------------------------------------------------------------------------------------
+
+
+def lengths_array(fn: str, lengths: Any) -> np.ndarray:
+    """Completion lengths: an integer array ``[B]`` of values >= 0."""
+    L = np.asarray(lengths)
+    if L.dtype.kind not in "iu":
+        raise fail(fn, "lengths", f"expected an integer array [B], got dtype {L.dtype}", TypeError)
+    if L.ndim != 1 or (L < 0).any():
+        raise fail(fn, "lengths", f"expected 1-D [B] lengths >= 0, got {L.tolist()!r}")
+    return L
+
+
+def overlong_limits(fn: str, max_length: Any, buffer: Any) -> tuple[int, int]:
+    """``overlong_penalty``'s ``max_length`` and ``buffer``: ints, ``0 <= buffer <= max_length >= 1``."""
+    for name, value in (("max_length", max_length), ("buffer", buffer)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise fail(fn, name, f"expected an int, got {type(value).__name__}", TypeError)
+    if max_length < 1 or not 0 <= buffer <= max_length:
+        raise fail(fn, "buffer", f"expected 0 <= buffer <= max_length >= 1, got {buffer!r}, {max_length!r}")
+    return int(max_length), int(buffer)
+
+
+def shaping_inputs(fn: str, rewards: Any, truncated: Any, truncated_scale: Any, truncated_value: Any, clip_low: Any,
+                   clip_high: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``shaped_rewards``' finite ``[B]`` rewards and ``[B]`` truncation flags (bool or exactly 0/1), with
+    its keyword rules: ``truncated_scale`` 1.0 when ``truncated_value`` is set, ``clip_low <= clip_high``."""
+    r = float_array(fn, "rewards", rewards, 1)
+    check_finite(fn, "rewards", r)
+    t = np.asarray(truncated)
+    if t.shape != r.shape or not np.isin(t, (0, 1)).all():
+        raise fail(fn, "truncated", f"expected [B] = {list(r.shape)} flags (bool or exactly 0/1), got {t!r}")
+    if truncated_value is not None and truncated_scale != 1.0:
+        raise fail(fn, "truncated_scale", "expected 1.0 when truncated_value is set")
+    if clip_low is not None and clip_high is not None and clip_low > clip_high:
+        raise fail(fn, "clip_high", f"expected clip_high >= clip_low={clip_low!r}, got {clip_high!r}")
+    return r, t
+
+
+# ---------------------------------------------------------------------------------------------
+# The masked-position policy and the conversions to response tensors
+# ---------------------------------------------------------------------------------------------
 
 
 def clean(x: np.ndarray, mask: np.ndarray) -> np.ndarray:

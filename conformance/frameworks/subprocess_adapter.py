@@ -1,6 +1,7 @@
-"""What the verl and OpenRLHF adapters share: a spec v1 NumPy adapter whose values come from a framework
-run in its own environment, through a worker process (``conformance/frameworks/subprocess_worker.py``),
-and whose ``<function>_grad`` is the framework's autograd gradient for the given upstream.
+"""What the worker adapters (every framework run in its own environment) share: a spec v1 NumPy adapter
+whose values come from a framework run in its own environment, through a worker process
+(``conformance/frameworks/subprocess_worker.py``), and whose ``<function>_grad`` is the framework's
+autograd gradient for the given upstream.
 
 :class:`SubprocessAdapter` starts the worker (a missing environment is the ``AdapterLoadError`` of a
 "not installed" row), applies the masked-position policy of ``conformance/frameworks/spec_io.py`` on
@@ -32,7 +33,8 @@ class SubprocessAdapter(ABC):
     ``LOGPROBS_OP`` / ``ENTROPY_OP`` (on rows of logits, outputs ``logp`` / ``entropy``), the argument
     names ``POLICY_ARRAYS`` (logp, old_logp, mask) and ``VALUE_ARRAYS`` (values, old_values, returns,
     mask) of its ``policy_loss`` / ``value_loss`` ops, and implements ``_logprob_request``,
-    ``_ppo_params``, ``_gspo_params``, ``_value_params``, ``_kl`` and ``_micro_batched``."""
+    ``_ppo_params``, ``_gspo_params``, ``_value_params``, ``_kl`` and ``_micro_batched`` (and
+    ``_entropy_request`` where ``ENTROPY_OP`` is not given ``logits / temperature``)."""
 
     name: str
     dtypes: tuple[str, ...]
@@ -154,14 +156,19 @@ class SubprocessAdapter(ABC):
     def token_logprobs_grad(self, logits: Any, input_ids: Any, mask: Any, upstream: Any, *, temperature: float = 1.0) -> np.ndarray:
         return self._logprobs(logits, input_ids, mask, temperature, upstream)
 
+    def _entropy_request(self, rows: np.ndarray, temperature: float) -> tuple[dict[str, np.ndarray], dict[str, Any] | None, float]:
+        """(``ENTROPY_OP``'s arrays, its params, what its gradient is divided by): by default the op is the
+        entropy of its argument, given ``logits / temperature``."""
+        return {"logits": rows / np.asarray(temperature, dtype=rows.dtype)}, None, temperature
+
     def _entropy(self, logits: Any, mask: Any, temperature: float, upstream: Any = None) -> np.ndarray:
-        """``ENTROPY_OP`` on ``logits / temperature`` (the entropy of its argument)."""
+        """``ENTROPY_OP`` on the rows, as ``_entropy_request`` asks for it."""
         fn = "token_entropy"
         logits, rows, valid = self._logit_rows(fn, logits, mask, temperature)
         if rows.shape[0] == 0:
             return np.zeros(logits.shape[:2] if upstream is None else logits.shape, dtype=logits.dtype)
-        scaled = rows / np.asarray(temperature, dtype=logits.dtype)
-        return self._row_op(self.ENTROPY_OP, {"logits": scaled}, None, "entropy", logits, valid, upstream, temperature)
+        arrays, params, grad_scale = self._entropy_request(rows, temperature)
+        return self._row_op(self.ENTROPY_OP, arrays, params, "entropy", logits, valid, upstream, grad_scale)
 
     def token_entropy(self, logits: Any, mask: Any, *, temperature: float = 1.0) -> np.ndarray:
         return self._entropy(logits, mask, temperature)
@@ -176,11 +183,9 @@ class SubprocessAdapter(ABC):
     def _kl_inputs(self, logp: Any, ref_logp: Any, mask: Any, estimator: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Validated (logp, ref_logp in logp's dtype, mask); ``estimator`` is checked unless None."""
         fn = "kl_penalty"
-        lp = io.float_array(fn, "logp", logp, 2)
-        ref = io.float_array(fn, "ref_logp", ref_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
-        if estimator is not None and estimator not in ("k1", "k2", "k3"):
-            raise io.fail(fn, "estimator", f"expected 'k1', 'k2' or 'k3', got {estimator!r}")
+        lp, ref, m = io.token_arrays(fn, mask, logp=logp, ref_logp=ref_logp)
+        if estimator is not None:
+            io.choice(fn, "estimator", estimator, ("k1", "k2", "k3"))
         return lp, ref, m
 
     @abstractmethod
@@ -201,9 +206,7 @@ class SubprocessAdapter(ABC):
                 upstream: Any = None) -> np.ndarray:
         """The framework's ``policy_loss`` op with ``params``: its per-token matrix, or with ``upstream``
         the gradient w.r.t. ``logp`` (``[B]`` advantages are broadcast over the tokens)."""
-        lp = io.float_array(fn, "logp", logp, 2)
-        old = io.float_array(fn, "old_logp", old_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
+        lp, old, m = io.token_arrays(fn, mask, logp=logp, old_logp=old_logp)
         logp_name, old_name, mask_name = self.POLICY_ARRAYS
         arrays = {logp_name: io.clean(lp, m), old_name: io.clean(old, m),
                   "advantages": io.per_token(advantages, m, fn, lp.dtype), mask_name: io.as_mask_of(m, lp.dtype)}
@@ -233,14 +236,15 @@ class SubprocessAdapter(ABC):
     def _value_params(self, clip: float | None) -> dict[str, Any]:
         """The ``value_loss`` params for the spec's value clip ``clip`` (None: no clip)."""
 
+    @staticmethod
+    def _value_inputs(values: Any, old_values: Any, returns: Any, mask: Any) -> tuple[np.ndarray, ...]:
+        """``value_token_loss``'s validated (values, old_values, returns in values' dtype, mask)."""
+        return io.token_arrays("value_token_loss", mask, values=values, old_values=old_values, returns=returns)
+
     def _value(self, values: Any, old_values: Any, returns: Any, mask: Any, clip: float | None, upstream: Any = None) -> np.ndarray:
-        """½ × the framework's ``value_loss`` matrix (both frameworks apply the ½ after aggregating), or
+        """½ × the framework's ``value_loss`` matrix (verl and OpenRLHF apply the ½ after aggregating), or
         with ``upstream`` its gradient w.r.t. ``values``."""
-        fn = "value_token_loss"
-        v = io.float_array(fn, "values", values, 2)
-        m = io.check_mask(fn, mask, v.shape)
-        old = io.float_array(fn, "old_values", old_values, 2).astype(v.dtype)
-        ret = io.float_array(fn, "returns", returns, 2).astype(v.dtype)
+        v, old, ret, m = self._value_inputs(values, old_values, returns, mask)
         values_name, old_name, returns_name, mask_name = self.VALUE_ARRAYS
         arrays = {values_name: io.clean(v, m), old_name: io.clean(old, m), returns_name: io.clean(ret, m),
                   mask_name: io.as_mask_of(m, v.dtype)}

@@ -13,10 +13,10 @@ travel as ``{"__ndarray__": <base64 of the .npy bytes>}`` and are read back with
 with ``repr`` precision by ``json`` (exact round trip). A request is
 ``{"op": name, "arrays": {...}, "params": {...}, "wrt": [input names], "upstream": {output: array}}``;
 the worker runs the op (framework conventions: the op modules in ``conformance/frameworks/<name>/ops.py``
-call the installed framework and nothing else), and when ``wrt`` is given it backpropagates
-``sum(output * upstream)`` through autograd and returns d/d(input) for each named input. Its first
-line is a hello (framework version, Python, torch, how the framework was imported) or the import
-error.
+call the installed framework and nothing else; what several of them share is ``shared_ops.py``, loaded
+by path as well), and when ``wrt`` is given it backpropagates ``sum(output * upstream)`` through
+autograd and returns d/d(input) for each named input. Its first line is a hello (framework version,
+Python, torch, how the framework was imported) or the import error.
 
 The worker's own stdout is moved to stderr before the framework is imported (frameworks print), so
 the protocol stream carries nothing else. Only NumPy and the standard library are imported at module
@@ -86,12 +86,22 @@ def decode(obj: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-def _load_ops(framework: str) -> Any:
-    path = HERE / framework / "ops.py"
-    spec = importlib.util.spec_from_file_location(f"rlspec_{framework}_ops", path)
+SHARED_OPS = "rlspec_shared_ops"  # ``shared_ops.py`` beside this file, as the frameworks' ops modules import it
+
+
+def _load_path(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _load_ops(framework: str) -> Any:
+    """``<framework>/ops.py``, loaded by path, after ``shared_ops.py`` (what several ops modules share) is
+    registered as ``rlspec_shared_ops`` for it to import."""
+    if SHARED_OPS not in sys.modules:
+        sys.modules[SHARED_OPS] = _load_path(SHARED_OPS, HERE / "shared_ops.py")
+    return _load_path(f"rlspec_{framework}_ops", HERE / framework / "ops.py")
 
 
 def _to_numpy(value: Any) -> Any:

@@ -145,15 +145,9 @@ class ArealAdapter(SubprocessAdapter):
         # gather_logprobs divides by the temperature itself (its gradient carries the 1/temperature)
         return rows, {"temperature": float(temperature)}, 1.0
 
-    def _entropy(self, logits: Any, mask: Any, temperature: float, upstream: Any = None) -> np.ndarray:
+    def _entropy_request(self, rows: np.ndarray, temperature: float) -> tuple[dict[str, np.ndarray], dict[str, Any], float]:
         """``gather_logprobs_entropy``'s entropy of ``softmax(logits / temperature)`` (it divides itself)."""
-        fn = "token_entropy"
-        logits, rows, valid = self._logit_rows(fn, logits, mask, temperature)
-        if rows.shape[0] == 0:
-            return np.zeros(logits.shape[:2] if upstream is None else logits.shape, dtype=logits.dtype)
-        arrays = {"logits": rows, "labels": np.zeros(rows.shape[0], dtype=np.int64)}
-        return self._row_op(self.ENTROPY_OP, arrays, {"temperature": float(temperature)}, "entropy", logits, valid,
-                            upstream, 1.0)
+        return {"logits": rows, "labels": np.zeros(rows.shape[0], dtype=np.int64)}, {"temperature": float(temperature)}, 1.0
 
     # ------------------------------------------------------------------------------------------
     # kl.estimator
@@ -206,14 +200,11 @@ class ArealAdapter(SubprocessAdapter):
     def rlhf_token_rewards(self, scores: Any, logp: Any, ref_logp: Any, mask: Any, *, kl_coef: float,
                            estimator: str = "k1") -> np.ndarray:
         fn = "rlhf_token_rewards"
-        s = io.float_array(fn, "scores", scores, 1)
         lp, ref, m = self._kl_inputs(logp, ref_logp, mask, estimator)
-        if s.shape[0] != m.shape[0]:
-            raise io.fail(fn, "scores", f"expected [B] = [{m.shape[0]}], got shape {s.shape}")
-        io.check_finite(fn, "scores", s)
+        s = io.row_scores(fn, scores, m.shape[0])
         io.check_finite(fn, "logp", lp, m)
         io.check_finite(fn, "ref_logp", ref, m)
-        kl_coef = self._real(fn, "kl_coef", kl_coef)
+        kl_coef = io.number(fn, "kl_coef", kl_coef, low=None)
         arrays = self.padded_batch(m)
         arrays.update(rewards=s.astype(np.float32), logprobs=np.pad(io.clean(lp, m), ((0, 0), (0, 1))).astype(np.float32),
                       ref_logp=self._to_areal_frame(io.clean(ref, m)).astype(np.float32))
@@ -222,14 +213,8 @@ class ArealAdapter(SubprocessAdapter):
 
     def gae(self, token_rewards: Any, values: Any, mask: Any, *, gamma: float = 1.0, lam: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         fn = "gae"
-        r = io.float_array(fn, "token_rewards", token_rewards, 2)
-        v = io.float_array(fn, "values", values, 2).astype(r.dtype)
-        m = io.check_mask(fn, mask, r.shape)
-        if v.shape != r.shape:
-            raise io.fail(fn, "values", f"expected [B, T] = {list(r.shape)}, got shape {v.shape}")
-        io.check_finite(fn, "token_rewards", r, m)
-        io.check_finite(fn, "values", v, m)
-        gamma, lam = self._real(fn, "gamma", gamma), self._real(fn, "lam", lam)
+        r, v, m = io.token_arrays(fn, mask, finite=True, token_rewards=token_rewards, values=values)
+        gamma, lam = io.number(fn, "gamma", gamma, low=None), io.number(fn, "lam", lam, low=None)
         r32 = io.clean(r, m).astype(np.float32)
         big = float(np.abs(r32).max(initial=0.0))
         c = 1.0 if big <= KL_CLAMP else float(2.0 ** math.ceil(math.log2(big / KL_CLAMP)))  # |r / c| <= 10, exact
@@ -248,16 +233,7 @@ class ArealAdapter(SubprocessAdapter):
         (the reward of a row without EOS replaced by 0, :207-210), as ``_compute_advantages`` applies them:
         each row is a one-token completion of width 3, a truncated one filling the width (AReaL's no-EOS rule,
         :201), and the shaped reward is its row of ``tot_rewards`` (``kl_ctl = 0``)."""
-        fn = "shaped_rewards"
-        r = io.float_array(fn, "rewards", rewards, 1)
-        io.check_finite(fn, "rewards", r)
-        t = np.asarray(truncated)
-        if t.shape != r.shape or not np.isin(t, (0, 1)).all():
-            raise io.fail(fn, "truncated", f"expected [B] = {list(r.shape)} flags (bool or exactly 0/1), got {t!r}")
-        if truncated_value is not None and truncated_scale != 1.0:
-            raise io.fail(fn, "truncated_scale", "expected 1.0 when truncated_value is set")
-        if clip_low is not None and clip_high is not None and clip_low > clip_high:
-            raise io.fail(fn, "clip_high", f"expected clip_high >= clip_low={clip_low!r}, got {clip_high!r}")
+        r, t = io.shaping_inputs("shaped_rewards", rewards, truncated, truncated_scale, truncated_value, clip_low, clip_high)
         if truncated_scale != 1.0 or truncated_shift != 0.0:
             raise NotImplementedError("AReaL's only truncation rule is mask_no_eos_with_zero (trainer/ppo/actor.py:207-210): "
                                       "no scale, no shift")
@@ -291,12 +267,8 @@ class ArealAdapter(SubprocessAdapter):
 
     def whiten(self, x: Any, mask: Any, *, shift_mean: bool = True) -> np.ndarray:
         fn = "whiten"
-        a = io.float_array(fn, "x", x, 2)
-        m = io.check_mask(fn, mask, a.shape)
-        io.check_finite(fn, "x", a, m)
-        if not isinstance(shift_mean, (bool, np.bool_)):
-            raise io.fail(fn, "shift_mean", f"expected a bool, got {shift_mean!r}", TypeError)
-        if not shift_mean:
+        a, m = io.token_arrays(fn, mask, finite=True, x=x)
+        if not io.boolean(fn, "shift_mean", shift_mean):
             raise NotImplementedError("Normalization always centres (utils/data.py:1448-1452): no reward whitening "
                                       "that adds the mean back")
         out = self.normalization(io.clean(a, m), {"mean_level": "batch", "std_level": "batch"}, m)
@@ -305,8 +277,7 @@ class ArealAdapter(SubprocessAdapter):
     def grpo_advantages(self, rewards: Any, group_size: int, *, scale: str = "group") -> np.ndarray:
         fn = "grpo_advantages"
         r, G = io.check_groups(fn, rewards, group_size)
-        if scale not in ("group", "batch", "none"):
-            raise io.fail(fn, "scale", f"expected 'group', 'batch' or 'none', got {scale!r}")
+        io.choice(fn, "scale", scale, io.GRPO_SCALES)
         if scale == "batch":
             raise NotImplementedError("std_level='batch' with mean_level='group' divides by the std of r - group mean "
                                       "over the batch (utils/data.py:1455-1465, :1537-1549), not by the std of the rewards")
@@ -323,8 +294,7 @@ class ArealAdapter(SubprocessAdapter):
         fn = "reinforce_advantages"
         r = io.float_array(fn, "rewards", rewards, 1)
         io.check_finite(fn, "rewards", r)
-        if baseline not in ("none", "batch_mean"):
-            raise io.fail(fn, "baseline", f"expected 'none' or 'batch_mean', got {baseline!r}")
+        io.choice(fn, "baseline", baseline, ("none", "batch_mean"))
         if r.shape[0] == 0:
             return np.zeros(0, dtype=r.dtype)
         config = {"mean_level": "batch" if baseline == "batch_mean" else None, "std_level": None}
@@ -387,9 +357,7 @@ class ArealAdapter(SubprocessAdapter):
                          eps_high: float = 0.2, dual_clip: float | None = None) -> np.ndarray:
         """``clip_mask | dual_clip_mask`` of ``ppo_actor_loss_fn`` (functional.py:524, :529, :543-544)."""
         fn = "ppo_clipped_mask"
-        lp = io.float_array(fn, "logp", logp, 2)
-        old = io.float_array(fn, "old_logp", old_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
+        lp, old, m = io.token_arrays(fn, mask, logp=logp, old_logp=old_logp)
         arrays = {"logprobs": io.clean(lp, m), "old_logprobs": io.clean(old, m),
                   "advantages": io.per_token(advantages, m, fn, lp.dtype), "loss_mask": m}
         out = self._worker.call("policy_loss", arrays, self._ppo_params(eps_low, eps_high, dual_clip))["outputs"]
@@ -397,11 +365,7 @@ class ArealAdapter(SubprocessAdapter):
 
     def _value(self, values: Any, old_values: Any, returns: Any, mask: Any, clip: float | None, upstream: Any = None) -> np.ndarray:
         """``ppo_critic_loss_fn``'s matrix (its ``_mse_loss`` is ``0.5 * (x - y)**2``, functional.py:710-711)."""
-        fn = "value_token_loss"
-        v = io.float_array(fn, "values", values, 2)
-        m = io.check_mask(fn, mask, v.shape)
-        old = io.float_array(fn, "old_values", old_values, 2).astype(v.dtype)
-        ret = io.float_array(fn, "returns", returns, 2).astype(v.dtype)
+        v, old, ret, m = self._value_inputs(values, old_values, returns, mask)
         arrays = {"value": io.clean(v, m).astype(np.float32), "old_value": io.clean(old, m).astype(np.float32),
                   "target_value": io.clean(ret, m).astype(np.float32), "loss_mask": m}
         return self._token_op("value_loss", arrays, self._value_params(clip), "loss_mat", "value", m, v.dtype, upstream)
@@ -409,12 +373,10 @@ class ArealAdapter(SubprocessAdapter):
     def _sapo(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, tau_pos: float, tau_neg: float,
               upstream: Any = None) -> np.ndarray:
         fn = "sapo_token_loss"
-        lp = io.float_array(fn, "logp", logp, 2)
-        old = io.float_array(fn, "old_logp", old_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
+        lp, old, m = io.token_arrays(fn, mask, logp=logp, old_logp=old_logp)
         arrays = {"logprobs": io.clean(lp, m), "old_logprobs": io.clean(old, m),
                   "advantages": io.per_token(advantages, m, fn, lp.dtype), "loss_mask": m}
-        params = {"tau_pos": self._real(fn, "tau_pos", tau_pos), "tau_neg": self._real(fn, "tau_neg", tau_neg)}
+        params = {"tau_pos": io.number(fn, "tau_pos", tau_pos, low=None), "tau_neg": io.number(fn, "tau_neg", tau_neg, low=None)}
         return self._token_op("sapo_loss", arrays, params, "per_token", "logprobs", m, lp.dtype, upstream)
 
     def sapo_token_loss(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, tau_pos: float = 1.0,
@@ -429,34 +391,10 @@ class ArealAdapter(SubprocessAdapter):
     # spec v1.1 off-policy: apply_rejection_sampling, the decoupled loss, the proximal approximation
     # ------------------------------------------------------------------------------------------
 
-    def _rollout_inputs(self, fn: str, old_logp: Any, rollout_logp: Any, mask: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        old = io.float_array(fn, "old_logp", old_logp, 2)
-        rollout = io.float_array(fn, "rollout_logp", rollout_logp, 2).astype(old.dtype)
-        if rollout.shape != old.shape:
-            raise io.fail(fn, "rollout_logp", f"expected [B, T] = {list(old.shape)}, got shape {rollout.shape}")
-        m = io.check_mask(fn, mask, old.shape)
-        io.check_finite(fn, "old_logp", old, m)
-        io.check_finite(fn, "rollout_logp", rollout, m)
-        return old, rollout, m
-
     @staticmethod
-    def _bound(fn: str, name: str, value: Any) -> float | None:
-        if value is None:
-            return None
-        if isinstance(value, (bool, np.bool_, str)) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise io.fail(fn, name, f"expected None or a real number, got {value!r}", TypeError)
-        if not math.isfinite(float(value)):
-            raise io.fail(fn, name, f"expected a finite bound, got {value!r}")
-        return float(value)
-
-    def _ratio_config(self, fn: str, lo: Any, hi: Any) -> tuple[float | None, float]:
+    def _ratio_config(fn: str, lo: Any, hi: Any) -> tuple[float | None, float]:
         """(``lower``, ``upper``) of a ratio ``RejectionSamplingConfig`` for the spec's ratio bounds."""
-        lo, hi = self._bound(fn, "lo", lo), self._bound(fn, "hi", hi)
-        for name, v in (("lo", lo), ("hi", hi)):
-            if v is not None and v <= 0:
-                raise io.fail(fn, name, f"expected a ratio bound > 0, got {v!r}")
-        if lo is not None and hi is not None and lo > hi:
-            raise io.fail(fn, "lo", f"expected lo <= hi, got lo={lo!r} > hi={hi!r}")
+        lo, hi = io.bounds(fn, lo, hi, ratio=True)
         if hi is not None and hi <= 1.0:
             raise NotImplementedError(f"RejectionSamplingConfig refuses a ratio upper bound <= 1.0 (api/cli_args.py:1415-1426), "
                                       f"got {hi!r}")
@@ -472,12 +410,8 @@ class ArealAdapter(SubprocessAdapter):
                            mode: str = "truncate", lo: float | None = None, hi: float | None = 2.0,
                            log_ratio_clamp: float | None = None, batch_normalize: bool = False) -> np.ndarray:
         fn = "rollout_is_weights"
-        old, rollout, m = self._rollout_inputs(fn, old_logp, rollout_logp, mask)
-        self._choice(fn, "level", level, ("token", "sequence"))
-        self._choice(fn, "seq_stat", seq_stat, ("product", "geometric"))
-        self._choice(fn, "mode", mode, ("none", "truncate", "mask"))
-        if not isinstance(batch_normalize, (bool, np.bool_)):
-            raise io.fail(fn, "batch_normalize", f"expected a bool, got {batch_normalize!r}", TypeError)
+        old, rollout, m = io.rollout_inputs(fn, old_logp, rollout_logp, mask)
+        io.is_keywords(fn, level, seq_stat, mode, batch_normalize)
         lower, upper = self._ratio_config(fn, lo, hi)
         if batch_normalize:
             raise NotImplementedError("apply_rejection_sampling never normalises the weight (functional.py:185-426)")
@@ -499,16 +433,13 @@ class ArealAdapter(SubprocessAdapter):
                                level: str = "token", lo: float | None = None, hi: float | None = None,
                                kl_of: str = "rollout_old") -> np.ndarray:
         fn = "rollout_rejection_mask"
-        old, rollout, m = self._rollout_inputs(fn, old_logp, rollout_logp, mask)
-        self._choice(fn, "statistic", statistic, ("ratio", "k1", "k2", "k3"))
-        self._choice(fn, "level", level, ("token", "seq_sum", "seq_mean", "seq_max", "seq_all"))
-        self._choice(fn, "kl_of", kl_of, ("rollout_old", "old_rollout"))
+        old, rollout, m = io.rollout_inputs(fn, old_logp, rollout_logp, mask)
+        io.rejection_keywords(fn, statistic, level)
+        io.choice(fn, "kl_of", kl_of, io.KL_OF)
         if statistic == "ratio":
             lower, upper = self._ratio_config(fn, lo, hi)
         else:
-            lower, hi_ = self._bound(fn, "lo", lo), self._bound(fn, "hi", hi)
-            if lower is not None and hi_ is not None and lower > hi_:
-                raise io.fail(fn, "lo", f"expected lo <= hi, got lo={lower!r} > hi={hi_!r}")
+            lower, hi_ = io.bounds(fn, lo, hi, ratio=False)
             if kl_of != "old_rollout":
                 raise NotImplementedError("kl_k1..3 are KLEstimator(proximal, behave), d = proximal - behave "
                                           "(functional.py:239-247): kl_of='old_rollout' only")
@@ -528,12 +459,9 @@ class ArealAdapter(SubprocessAdapter):
                    eps_high: float, dual_clip: float | None, behav_cap: float | None, behav_mode: str,
                    upstream: Any = None) -> np.ndarray:
         fn = "decoupled_ppo_token_loss"
-        self._choice(fn, "behav_mode", behav_mode, ("truncate", "mask"))
-        lp = io.float_array(fn, "logp", logp, 2)
-        prox = io.float_array(fn, "prox_logp", prox_logp, 2).astype(lp.dtype)
-        behav = io.float_array(fn, "behav_logp", behav_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
-        cap = self._bound(fn, "behav_cap", behav_cap)
+        io.choice(fn, "behav_mode", behav_mode, ("truncate", "mask"))
+        lp, prox, behav, m = io.token_arrays(fn, mask, logp=logp, prox_logp=prox_logp, behav_logp=behav_logp)
+        cap = None if behav_cap is None else io.number(fn, "behav_cap", behav_cap, low=None)
         if cap is None:
             raise NotImplementedError("with rejection_sampling=None ppo_actor_loss_fn multiplies no behaviour weight "
                                       "(functional.py:534-539): AReaL's weight always has a cap")
@@ -563,12 +491,8 @@ class ArealAdapter(SubprocessAdapter):
         """``compute_prox_logp_approximations(old_logp = behav_logp, logprobs = logp, versions, current_version =
         version, method)``; masked positions carry version -1 (AReaL's prompt tokens, actor.py:639-652)."""
         fn = "proximal_logp_interpolation"
-        lp = io.float_array(fn, "logp", logp, 2)
-        behav = io.float_array(fn, "behav_logp", behav_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
-        io.check_finite(fn, "logp", lp, m)
-        io.check_finite(fn, "behav_logp", behav, m)
-        self._choice(fn, "method", method, ("loglinear", "linear"))
+        lp, behav, m = io.token_arrays(fn, mask, finite=True, logp=logp, behav_logp=behav_logp)
+        io.choice(fn, "method", method, ("loglinear", "linear"))
         if isinstance(version, (bool, np.bool_)) or not isinstance(version, (int, np.integer)) or version < 0:
             raise io.fail(fn, "version", f"expected an integer >= 0, got {version!r}", TypeError if not isinstance(version, (int, np.integer)) else ValueError)
         v = np.asarray(behav_version)
@@ -594,19 +518,9 @@ class ArealAdapter(SubprocessAdapter):
         sum of its loss mask (:790), so row b's loss mask holds ``lengths[b]`` ones. ``buffer = 0`` is passed
         on: AReaL divides by it (:797-799)."""
         fn = "overlong_penalty"
-        L = np.asarray(lengths)
-        if L.dtype.kind not in "iu":
-            raise io.fail(fn, "lengths", f"expected an integer array [B], got dtype {L.dtype}", TypeError)
-        if L.ndim != 1 or (L < 0).any():
-            raise io.fail(fn, "lengths", f"expected 1-D [B] lengths >= 0, got {L.tolist()!r}")
-        for name, value in (("max_length", max_length), ("buffer", buffer)):
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-                raise io.fail(fn, name, f"expected an int, got {type(value).__name__}", TypeError)
-        if max_length < 1 or not 0 <= buffer <= max_length:
-            raise io.fail(fn, "buffer", f"expected 0 <= buffer <= max_length >= 1, got {buffer!r}, {max_length!r}")
-        factor = self._real(fn, "factor", factor)
-        if factor < 0:
-            raise io.fail(fn, "factor", f"expected >= 0, got {factor!r}")
+        L = io.lengths_array(fn, lengths)
+        io.overlong_limits(fn, max_length, buffer)
+        factor = io.number(fn, "factor", factor)
         B, width = L.shape[0], max(int(L.max(initial=0)), 1)
         loss_mask = (np.arange(width)[None, :] < L[:, None]).astype(np.int64)
         arrays = {"rewards": np.zeros(B, dtype=np.float32), "input_ids": np.zeros((B, 1), dtype=np.int64), "loss_mask": loss_mask}
@@ -622,26 +536,6 @@ class ArealAdapter(SubprocessAdapter):
                        upstream: Any = None) -> list[Any]:
         raise NotImplementedError("AReaL's engines weight each micro-batch's token-mean loss by its loss_mask count "
                                   "(trainer/ppo/actor.py:363) inside train_batch, which needs a TrainEngine")
-
-    # ------------------------------------------------------------------------------------------
-    # argument helpers
-    # ------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _real(fn: str, name: str, value: Any) -> float:
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise io.fail(fn, name, f"expected a real number, got {value!r}", TypeError)
-        if not math.isfinite(float(value)):
-            raise io.fail(fn, name, f"expected a finite number, got {value!r}")
-        return float(value)
-
-    @staticmethod
-    def _choice(fn: str, name: str, value: Any, allowed: tuple[str, ...]) -> str:
-        if not isinstance(value, str):
-            raise io.fail(fn, name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}", TypeError)
-        if value not in allowed:
-            raise io.fail(fn, name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
-        return value
 
 
 __all__ = ["KL_CLAMP", "ArealAdapter"]

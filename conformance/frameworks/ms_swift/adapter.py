@@ -52,7 +52,6 @@ raises ``AdapterLoadError("... cannot import ...")`` so ``rlspec check`` shows a
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -107,14 +106,9 @@ class MsSwiftAdapter(SubprocessAdapter):
     def _logprob_request(self, rows: np.ndarray, temperature: float) -> tuple[np.ndarray, dict[str, Any], float]:
         return rows, {"temperature": float(temperature)}, 1.0
 
-    def _entropy(self, logits: Any, mask: Any, temperature: float, upstream: Any = None) -> np.ndarray:
-        fn = "token_entropy"
-        logits, rows, valid = self._logit_rows(fn, logits, mask, temperature)
-        if rows.shape[0] == 0:
-            return np.zeros(logits.shape[:2] if upstream is None else logits.shape, dtype=logits.dtype)
+    def _entropy_request(self, rows: np.ndarray, temperature: float) -> tuple[dict[str, np.ndarray], dict[str, Any], float]:
         arrays = {"logits": rows, "labels": np.zeros(rows.shape[0], dtype=np.int64)}
-        params = {"temperature": float(temperature), "compute_entropy": True}
-        return self._row_op("logprobs", arrays, params, "entropy", logits, valid, upstream, 1.0)
+        return arrays, {"temperature": float(temperature), "compute_entropy": True}, 1.0
 
     # ------------------------------------------------------------------------------------------
     # advantages: rl_core/advantage.py::compute_advantages
@@ -141,8 +135,7 @@ class MsSwiftAdapter(SubprocessAdapter):
     def grpo_advantages(self, rewards: Any, group_size: int, *, scale: str = "group") -> np.ndarray:
         fn = "grpo_advantages"
         r, G = io.check_groups(fn, rewards, group_size)
-        if scale not in ("group", "batch", "none"):
-            raise io.fail(fn, "scale", f"expected 'group', 'batch' or 'none', got {scale!r}")
+        io.choice(fn, "scale", scale, io.GRPO_SCALES)
         return np.asarray(self.advantages(r[:, None], G, estimator="grpo", scale=scale)["advantages"], dtype=r.dtype)
 
     def rloo_advantages(self, rewards: Any, group_size: int) -> np.ndarray:
@@ -175,40 +168,31 @@ class MsSwiftAdapter(SubprocessAdapter):
     # per-token quantities of _compute_loss_and_metrics (its locals at return, ops.py)
     # ------------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _number(fn: str, name: str, value: Any, *, low: float = 0.0, strict: bool = False) -> float:
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise io.fail(fn, name, f"expected a number, got {value!r}", TypeError)
-        v = float(value)
-        if not math.isfinite(v) or (v <= low if strict else v < low):
-            raise io.fail(fn, name, f"expected a finite number {'>' if strict else '>='} {low:g}, got {value!r}")
-        return v
-
     def _policy(self, fn: str, params: dict[str, Any], logp: Any, old_logp: Any, advantages: Any, mask: Any,
                 upstream: Any = None) -> np.ndarray:
         """``per_token_loss`` of the loss method with the ``GRPOConfig`` settings ``params`` (the spec's
         per-token loss: no entropy mask, ``beta = 0``, no rollout correction), or its gradient w.r.t. ``logp``."""
-        lp = io.float_array(fn, "logp", logp, 2)
-        old = io.float_array(fn, "old_logp", old_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
+        lp, old, m = io.token_arrays(fn, mask, logp=logp, old_logp=old_logp)
         arrays = {"per_token_logps": io.clean(lp, m), "old_per_token_logps": io.clean(old, m),
                   "advantages": io.per_token(advantages, m, fn, lp.dtype), "completion_mask": m}
         return self._per_token(arrays, params, "per_token_loss", m, lp.dtype, upstream)
 
     def _per_token(self, arrays: dict[str, Any], settings: dict[str, Any], output: str, m: np.ndarray, dtype: Any,
                    upstream: Any) -> np.ndarray:
-        if upstream is None:
-            return io.masked_out(self.loss(arrays, settings)["outputs"][output], m, dtype)
-        up = io.clean(np.asarray(upstream, dtype=dtype), m)
-        g = self.loss(arrays, settings, wrt="per_token_logps", upstream={output: up})["grads"]["per_token_logps"]
-        return io.masked_out(g, m, dtype)
+        """The loss method's ``output`` (0 where masked), or with ``upstream`` its gradient w.r.t. the log-probs."""
+        params = {"settings": settings, "num_processes": 1, "grad_accum": 1}  # what ``loss`` sends
+        return self._token_op("loss", arrays, params, output, "per_token_logps", m, dtype, upstream)
+
+    @staticmethod
+    def _clip_settings(fn: str, eps_low: float, eps_high: float) -> dict[str, Any]:
+        low, high = io.clip_range(fn, eps_low, eps_high)
+        return {"epsilon": low, "epsilon_high": high}
 
     def _ppo_params(self, eps_low: float, eps_high: float, dual_clip: float | None) -> dict[str, Any]:
         fn = "ppo_token_loss"
-        settings = {"loss_type": "bnpo", "epsilon": self._number(fn, "eps_low", eps_low),
-                    "epsilon_high": self._number(fn, "eps_high", eps_high)}
+        settings = {"loss_type": "bnpo", **self._clip_settings(fn, eps_low, eps_high)}
         if dual_clip is not None:
-            c = self._number(fn, "dual_clip", dual_clip, low=1.0, strict=True)
+            c = io.number(fn, "dual_clip", dual_clip, low=1.0, strict=True)
             if c < 1.0 + settings["epsilon_high"]:
                 raise NotImplementedError(f"ms-swift's delta caps the unclipped ratio for every sign (grpo_trainer.py:1053-1054): "
                                           f"it is the dual clip only for delta >= 1 + epsilon_high, not {c!r}")
@@ -216,15 +200,13 @@ class MsSwiftAdapter(SubprocessAdapter):
         return settings
 
     def _gspo_params(self, eps_low: float, eps_high: float) -> dict[str, Any]:
-        fn = "gspo_token_loss"
         return {"loss_type": "bnpo", "importance_sampling_level": "sequence",
-                "epsilon": self._number(fn, "eps_low", eps_low), "epsilon_high": self._number(fn, "eps_high", eps_high)}
+                **self._clip_settings("gspo_token_loss", eps_low, eps_high)}
 
     def _cispo_params(self, eps_low: float | None, eps_high: float, bound: str) -> dict[str, Any]:
         fn = "cispo_token_loss"
-        if bound not in ("relative", "absolute"):
-            raise io.fail(fn, "bound", f"expected 'relative' or 'absolute', got {bound!r}")
-        high = self._number(fn, "eps_high", eps_high)
+        io.choice(fn, "bound", bound, ("relative", "absolute"))
+        high = io.number(fn, "eps_high", eps_high)
         if eps_low is not None:
             raise NotImplementedError("ms-swift's CISPO weight has no lower bound: torch.clamp(coef_1, max=epsilon_high) "
                                       "(grpo_trainer.py:1037)")
@@ -241,10 +223,10 @@ class MsSwiftAdapter(SubprocessAdapter):
 
     def _sapo_params(self, tau_pos: float, tau_neg: float, log_ratio_clamp: float | None) -> dict[str, Any]:
         fn = "sapo_token_loss"
-        settings = {"loss_type": "sapo", "tau_pos": self._number(fn, "tau_pos", tau_pos, strict=True),
-                    "tau_neg": self._number(fn, "tau_neg", tau_neg, strict=True)}
+        settings = {"loss_type": "sapo", "tau_pos": io.number(fn, "tau_pos", tau_pos, strict=True),
+                    "tau_neg": io.number(fn, "tau_neg", tau_neg, strict=True)}
         if log_ratio_clamp is not None:
-            self._number(fn, "log_ratio_clamp", log_ratio_clamp, strict=True)
+            io.number(fn, "log_ratio_clamp", log_ratio_clamp, strict=True)
             raise NotImplementedError("ms-swift's SAPO gate takes coef_1 = exp(logp - old) unclamped (grpo_trainer.py:1026, :1040-1041)")
         return settings
 
@@ -271,11 +253,7 @@ class MsSwiftAdapter(SubprocessAdapter):
         return self._per_token(arrays, {"loss_type": "bnpo", "beta": 1.0}, "per_token_kl", m, lp.dtype, upstream)
 
     def _kl_loss(self, logp: Any, ref_logp: Any, mask: Any, estimator: str, gradient: str, upstream: Any = None) -> np.ndarray:
-        fn = "kl_loss_term"
-        if estimator not in ("k1", "k2", "k3", "abs"):
-            raise io.fail(fn, "estimator", f"expected 'k1', 'k2', 'k3' or 'abs', got {estimator!r}")
-        if gradient not in ("estimator", "straight_through", "unbiased", "bias_corrected"):
-            raise io.fail(fn, "gradient", f"expected 'estimator', 'straight_through', 'unbiased' or 'bias_corrected', got {gradient!r}")
+        io.kl_loss_keywords("kl_loss_term", estimator, gradient)
         if estimator != "k3" or gradient != "estimator":
             raise NotImplementedError("ms-swift's KL term is beta * k3 with its own autograd gradient (grpo_trainer.py:973-976, :1063-1064)")
         return self._kl(logp, ref_logp, mask, "k3", upstream)
@@ -294,12 +272,8 @@ class MsSwiftAdapter(SubprocessAdapter):
 
     def entropy_top_mask(self, entropy: Any, mask: Any, *, rho: float = 1.0, pooled_entropy: Any = None) -> np.ndarray:
         fn = "entropy_top_mask"
-        H = io.float_array(fn, "entropy", entropy, 2)
-        m = io.check_mask(fn, mask, H.shape)
-        io.check_finite(fn, "entropy", H, m)
-        q = self._number(fn, "rho", rho)
-        if q > 1.0:
-            raise io.fail(fn, "rho", f"expected 0 <= rho <= 1, got {rho!r}")
+        H, m = io.token_arrays(fn, mask, finite=True, entropy=entropy)
+        q = io.unit_interval(fn, "rho", rho)
         if pooled_entropy is not None:
             raise NotImplementedError("ms-swift takes the quantile of the rank's own micro-batch (grpo_trainer.py:958-962): "
                                       "no pooled statistic")
@@ -313,10 +287,8 @@ class MsSwiftAdapter(SubprocessAdapter):
 
     def off_policy_sequence_mask(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, threshold: float) -> np.ndarray:
         fn = "off_policy_sequence_mask"
-        lp = io.float_array(fn, "logp", logp, 2)
-        old = io.float_array(fn, "old_logp", old_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
-        delta = self._number(fn, "threshold", threshold, low=-math.inf)
+        lp, old, m = io.token_arrays(fn, mask, logp=logp, old_logp=old_logp)
+        delta = io.number(fn, "threshold", threshold, low=None)
         A = io.per_token(advantages, m, fn, lp.dtype)
         for b in range(A.shape[0]):
             if m[b].any() and np.ptp(A[b][m[b]]) != 0:
@@ -339,24 +311,15 @@ class MsSwiftAdapter(SubprocessAdapter):
         out = self._worker.call("rollout_is", arrays, {"mode": mode, "threshold": float(threshold)})["outputs"]["weights"]
         return io.masked_out(out, m, old_logp.dtype)
 
-    def _rollout_inputs(self, fn: str, old_logp: Any, rollout_logp: Any, mask: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        old = io.float_array(fn, "old_logp", old_logp, 2)
-        roll = io.float_array(fn, "rollout_logp", rollout_logp, 2).astype(old.dtype)
-        m = io.check_mask(fn, mask, old.shape)
-        io.check_finite(fn, "old_logp", old, m)
-        io.check_finite(fn, "rollout_logp", roll, m)
-        return old, roll, m
-
     def rollout_is_weights(self, old_logp: Any, rollout_logp: Any, mask: Any, *, level: str = "token",
                            seq_stat: str = "product", mode: str = "truncate", lo: float | None = None,
                            hi: float | None = 2.0, log_ratio_clamp: float | None = None,
                            batch_normalize: bool = False) -> np.ndarray:
         fn = "rollout_is_weights"
-        old, roll, m = self._rollout_inputs(fn, old_logp, rollout_logp, mask)
-        for name, value, allowed in (("level", level, ("token", "sequence")), ("seq_stat", seq_stat, ("product", "geometric")),
-                                     ("mode", mode, ("none", "truncate", "mask"))):
-            if value not in allowed:
-                raise io.fail(fn, name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
+        old, roll, m = io.rollout_inputs(fn, old_logp, rollout_logp, mask)
+        io.choice(fn, "level", level, io.IS_LEVELS)
+        io.choice(fn, "seq_stat", seq_stat, io.IS_SEQ_STATS)
+        io.choice(fn, "mode", mode, io.IS_MODES)
         if log_ratio_clamp not in (None, self.SAFETY_BOUND):
             raise NotImplementedError(f"ms-swift clamps the log-ratio at SAFETY_BOUND = 20 (grpo_trainer.py:2362), not at {log_ratio_clamp!r}")
         if batch_normalize:
@@ -374,24 +337,21 @@ class MsSwiftAdapter(SubprocessAdapter):
                                       "not one weight per row (the ms_swift.rollout_is[sequence_mask] row)")
         name = {("token", "truncate"): "token_truncate", ("token", "mask"): "token_mask",
                 ("sequence", "truncate"): "sequence_truncate"}[(level, mode)]
-        return self.rollout_weights(old, roll, m, name, self._number(fn, "hi", hi, strict=True))
+        return self.rollout_weights(old, roll, m, name, io.number(fn, "hi", hi, strict=True))
 
     def rollout_rejection_mask(self, old_logp: Any, rollout_logp: Any, mask: Any, *, statistic: str = "ratio",
                                level: str = "token", lo: float | None = None, hi: float | None = None,
                                kl_of: str = "rollout_old") -> np.ndarray:
         fn = "rollout_rejection_mask"
-        old, roll, m = self._rollout_inputs(fn, old_logp, rollout_logp, mask)
-        if statistic not in ("ratio", "k1", "k2", "k3"):
-            raise io.fail(fn, "statistic", f"expected 'ratio', 'k1', 'k2' or 'k3', got {statistic!r}")
-        if level not in ("token", "seq_sum", "seq_mean", "seq_max", "seq_all"):
-            raise io.fail(fn, "level", f"expected 'token', 'seq_sum', 'seq_mean', 'seq_max' or 'seq_all', got {level!r}")
+        old, roll, m = io.rollout_inputs(fn, old_logp, rollout_logp, mask)
+        io.rejection_keywords(fn, statistic, level)
         if statistic != "ratio" or level not in ("token", "seq_mean"):
             raise NotImplementedError("ms-swift rejects on the ratio only: token_mask per token, sequence_mask on the geometric "
                                       "mean (grpo_trainer.py:2371-2388)")
         if lo is not None or hi is None:
             raise NotImplementedError("ms-swift's threshold is an upper bound only (grpo_trainer.py:2371-2388)")
         mode = "token_mask" if level == "token" else "sequence_mask"
-        return self.rollout_weights(old, roll, m, mode, self._number(fn, "hi", hi, strict=True)) > 0
+        return self.rollout_weights(old, roll, m, mode, io.number(fn, "hi", hi, strict=True)) > 0
 
     # ------------------------------------------------------------------------------------------
     # reward.overlong: rewards/orm.py::SoftOverlong
@@ -399,17 +359,9 @@ class MsSwiftAdapter(SubprocessAdapter):
 
     def overlong_penalty(self, lengths: Any, *, max_length: int, buffer: int, factor: float = 1.0) -> np.ndarray:
         fn = "overlong_penalty"
-        L = np.asarray(lengths)
-        if L.dtype.kind not in "iu":
-            raise io.fail(fn, "lengths", f"expected an integer array [B], got dtype {L.dtype}", TypeError)
-        if L.ndim != 1 or (L < 0).any():
-            raise io.fail(fn, "lengths", f"expected 1-D [B] lengths >= 0, got {L.tolist()!r}")
-        for name, value in (("max_length", max_length), ("buffer", buffer)):
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-                raise io.fail(fn, name, f"expected an int, got {type(value).__name__}", TypeError)
-        if max_length < 1 or not 0 <= buffer <= max_length:
-            raise io.fail(fn, "buffer", f"expected 0 <= buffer <= max_length >= 1, got {buffer!r}, {max_length!r}")
-        if self._number(fn, "factor", factor) != 1.0:
+        L = io.lengths_array(fn, lengths)
+        io.overlong_limits(fn, max_length, buffer)
+        if io.number(fn, "factor", factor) != 1.0:
             raise NotImplementedError("SoftOverlong has no penalty factor (rewards/orm.py:231)")
         if buffer == 0 or buffer == max_length:
             raise NotImplementedError("SoftOverlong asserts soft_cache_length < soft_max_length and divides by "

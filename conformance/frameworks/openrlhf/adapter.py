@@ -141,8 +141,7 @@ class OpenRLHFAdapter(SubprocessAdapter):
         if mode not in self.LEVELS:
             raise NotImplementedError(f"OpenRLHF aggregates by token (token_mean) or by sample (seq_mean_token_mean) only, "
                                       f"not {mode!r}")
-        xs = [io.float_array(fn, "token_loss_chunks", x, 2) for x in chunks]
-        ms = [io.check_mask(fn, m, x.shape) for x, m in zip(xs, masks)]
+        xs, ms = io.chunk_arrays(fn, chunks, masks)
         width = max(m.shape[1] for m in ms)
         every = np.concatenate([np.pad(m, ((0, 0), (0, width - m.shape[1]))) for m in ms]).astype(np.float32)
         info = self._worker.call("loss_batch_info", {"loss_mask": every})["outputs"]
@@ -173,10 +172,9 @@ class OpenRLHFAdapter(SubprocessAdapter):
                  upstream: Any = None) -> np.ndarray:
         """spec v1.1 ``kl_loss_term`` through ``compute_approx_kl`` (the table above)."""
         fn = "kl_loss_term"
+        io.kl_loss_keywords(fn, estimator, gradient)
         if estimator == "abs" or gradient == "bias_corrected":
             raise NotImplementedError("compute_approx_kl has k1/k2/k3 and no estimate-times-ratio form (models/utils.py:69-128)")
-        if gradient not in ("estimator", "straight_through", "unbiased"):
-            raise io.fail(fn, "gradient", f"expected 'estimator', 'straight_through' or 'unbiased', got {gradient!r}")
         if gradient == "unbiased" and old_logp is None:
             raise io.fail(fn, "old_logp", "required for gradient='unbiased', got None")
         old = old_logp if gradient == "unbiased" else None  # log_probs_old=None: w = 1, straight-through (:121-122)
@@ -194,8 +192,7 @@ class OpenRLHFAdapter(SubprocessAdapter):
     def rlhf_token_rewards(self, scores: Any, logp: Any, ref_logp: Any, mask: Any, *, kl_coef: float, estimator: str = "k1") -> np.ndarray:
         fn = "rlhf_token_rewards"
         s = io.float_array(fn, "scores", scores, 1)
-        lp = io.float_array(fn, "logp", logp, 2)
-        m = io.check_mask(fn, mask, lp.shape)
+        lp, m = io.token_arrays(fn, mask, logp=logp)
         kl = self.approx_kl(lp, ref_logp, m, estimator=estimator)
         out = self._worker.call("compute_reward", {"r": s.astype(lp.dtype), "kl": kl, "action_mask": m},
                                 {"kl_coef": float(kl_coef)})["outputs"]["reward"]
@@ -209,9 +206,7 @@ class OpenRLHFAdapter(SubprocessAdapter):
         fn = "gae"
         if not self.has_experience_maker:
             raise NotImplementedError("openrlhf's experience_maker did not import in the worker")
-        r = io.float_array(fn, "token_rewards", token_rewards, 2)
-        v = io.float_array(fn, "values", values, 2).astype(r.dtype)
-        m = io.check_mask(fn, mask, r.shape)
+        r, v, m = io.token_arrays(fn, mask, token_rewards=token_rewards, values=values)
         out = self._worker.call("gae", {"values": io.clean(v, m), "rewards": io.clean(r, m), "action_mask": m},
                                 {"gamma": float(gamma), "lambd": float(lam)})["outputs"]
         return io.masked_out(out["advantages"], m, r.dtype), io.masked_out(out["returns"], m, r.dtype)
@@ -254,13 +249,8 @@ class OpenRLHFAdapter(SubprocessAdapter):
         ``kl = -token_rewards`` they are the token rewards themselves; then ``get_cumulative_returns(gamma)``
         and the batch whitening (experience_maker.py:296-339)."""
         fn = "reinforce_pp_advantages"
-        r = io.float_array(fn, "token_rewards", token_rewards, 2)
-        m = io.check_mask(fn, mask, r.shape)
-        io.check_finite(fn, "token_rewards", r, m)
-        if isinstance(gamma, (bool, np.bool_)) or not isinstance(gamma, (int, float, np.integer, np.floating)):
-            raise io.fail(fn, "gamma", f"expected a real number, got {gamma!r}", TypeError)
-        if not 0.0 <= float(gamma) <= 1.0:
-            raise io.fail(fn, "gamma", f"expected 0 <= gamma <= 1, got {gamma!r}")
+        r, m = io.token_arrays(fn, mask, finite=True, token_rewards=token_rewards)
+        gamma = io.unit_interval(fn, "gamma", gamma)
         self._actions_or_refuse(m)
         adv, ret = self.experience_advantages("reinforce", np.zeros(r.shape[0], dtype=r.dtype), 1, mask=m,
                                               kl=-io.clean(r, m), kl_coef=1.0, gamma=float(gamma))
@@ -292,11 +282,7 @@ class OpenRLHFAdapter(SubprocessAdapter):
         ``rollout.max_new_tokens = max_length``, ``reward.overlong_buffer_len = buffer`` (a float on the CLI),
         ``reward.overlong_penalty_factor = factor``, no reward clip."""
         fn = "overlong_penalty"
-        L = np.asarray(lengths)
-        if L.dtype.kind not in "iu":
-            raise io.fail(fn, "lengths", f"expected an integer array [B], got dtype {L.dtype}", TypeError)
-        if L.ndim != 1 or (L < 0).any():
-            raise io.fail(fn, "lengths", f"expected 1-D [B] lengths >= 0, got {L.tolist()!r}")
+        L = io.lengths_array(fn, lengths)
         if max_length < 1 or not 0 <= buffer <= max_length or not factor >= 0:
             raise io.fail(fn, "buffer", f"expected 0 <= buffer <= max_length >= 1 and factor >= 0, got {buffer!r}, "
                                         f"{max_length!r}, {factor!r}")
@@ -310,16 +296,7 @@ class OpenRLHFAdapter(SubprocessAdapter):
         truncated sample's reward, a negative one replaces it) and ``--reward.clip_range`` (both ends,
         ``models/utils.py:141-142``), in the trainer's order. Not expressible: ``truncated_shift``, a positive
         replacement value, a scale outside [0, 1], a one-sided clip."""
-        fn = "shaped_rewards"
-        r = io.float_array(fn, "rewards", rewards, 1)
-        io.check_finite(fn, "rewards", r)
-        t = np.asarray(truncated)
-        if t.shape != r.shape or not np.isin(t, (0, 1)).all():
-            raise io.fail(fn, "truncated", f"expected [B] = {list(r.shape)} flags (bool or exactly 0/1), got {t!r}")
-        if truncated_value is not None and truncated_scale != 1.0:
-            raise io.fail(fn, "truncated_scale", "expected 1.0 when truncated_value is set")
-        if clip_low is not None and clip_high is not None and clip_low > clip_high:
-            raise io.fail(fn, "clip_high", f"expected clip_high >= clip_low={clip_low!r}, got {clip_high!r}")
+        r, t = io.shaping_inputs("shaped_rewards", rewards, truncated, truncated_scale, truncated_value, clip_low, clip_high)
         if truncated_shift != 0.0:
             raise NotImplementedError("stop_properly_penalty_coef scales or replaces, it adds nothing (length_penalty.py:97-103)")
         if truncated_value is not None:
@@ -381,7 +358,7 @@ class OpenRLHFAdapter(SubprocessAdapter):
         """OpenRLHF's per-token correction coefficient for ``PolicyLoss(is_correction_level=level,
         is_correction_mode=mode, is_correction_threshold=threshold)`` (gating ``"ratio"``), 0 where masked,
         in ``old_logp``'s dtype."""
-        old, roll, m = self._rollout_inputs(fn, old_logp, rollout_logp, mask)
+        old, roll, m = io.rollout_inputs(fn, old_logp, rollout_logp, mask)
         if not m.any():  # nothing to weigh (B = 0, or every row empty): the spec's all-0
             return np.zeros(old.shape, dtype=old.dtype)
         coef, _ = self._probe(old, roll, m, self.correction_init(level, mode, threshold))
@@ -393,7 +370,7 @@ class OpenRLHFAdapter(SubprocessAdapter):
         ``[B, T]`` bool, False where masked. ``coef`` is ``rho`` where kept and 0 where rejected
         (``loss.py:238-239``); a kept unit whose ``rho`` underflowed to 0 is found through
         ``is_filter_ratio`` (the fraction of rejected tokens, or of rejected rows over all ``B``, :243-246)."""
-        old, roll, m = self._rollout_inputs(fn, old_logp, rollout_logp, mask)
+        old, roll, m = io.rollout_inputs(fn, old_logp, rollout_logp, mask)
         if not m.any():
             return np.zeros(old.shape, dtype=bool)
         init = self.correction_init(level, "mask", threshold)
@@ -420,38 +397,17 @@ class OpenRLHFAdapter(SubprocessAdapter):
         keep = np.broadcast_to(units[:, None], m.shape) if level == "seq" else units
         return keep & m
 
-    def _rollout_inputs(self, fn: str, old_logp: Any, rollout_logp: Any, mask: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        old = io.float_array(fn, "old_logp", old_logp, 2)
-        roll = io.float_array(fn, "rollout_logp", rollout_logp, 2).astype(old.dtype)
-        m = io.check_mask(fn, mask, old.shape)
-        if roll.shape != old.shape:
-            raise io.fail(fn, "rollout_logp", f"expected [B, T] = {list(old.shape)}, got shape {roll.shape}")
-        io.check_finite(fn, "old_logp", old, m)
-        io.check_finite(fn, "rollout_logp", roll, m)
-        return old, roll, m
-
     @staticmethod
     def _bounds(fn: str, lo: Any, hi: Any) -> tuple[float, float]:
         """``is_correction_threshold`` for the spec's ratio bounds: ``None`` is ``0.0`` (below) or ``inf``."""
-        for name, v in (("lo", lo), ("hi", hi)):
-            if v is not None and (isinstance(v, (bool, str)) or not np.isfinite(v) or v <= 0):
-                raise io.fail(fn, name, f"expected None or a finite ratio bound > 0, got {v!r}")
-        if lo is not None and hi is not None and lo > hi:
-            raise io.fail(fn, "lo", f"expected lo <= hi, got lo={lo!r} > hi={hi!r}")
-        return (0.0 if lo is None else float(lo)), (float("inf") if hi is None else float(hi))
+        low, high = io.bounds(fn, lo, hi, ratio=True)
+        return (0.0 if low is None else low), (float("inf") if high is None else high)
 
     def rollout_is_weights(self, old_logp: Any, rollout_logp: Any, mask: Any, *, level: str = "token", seq_stat: str = "product",
                            mode: str = "truncate", lo: float | None = None, hi: float | None = 2.0,
                            batch_normalize: bool = False) -> np.ndarray:
         fn = "rollout_is_weights"
-        if level not in ("token", "sequence"):
-            raise io.fail(fn, "level", f"expected 'token' or 'sequence', got {level!r}")
-        if seq_stat not in ("product", "geometric"):
-            raise io.fail(fn, "seq_stat", f"expected 'product' or 'geometric', got {seq_stat!r}")
-        if mode not in ("none", "truncate", "mask"):
-            raise io.fail(fn, "mode", f"expected 'none', 'truncate' or 'mask', got {mode!r}")
-        if not isinstance(batch_normalize, (bool, np.bool_)):
-            raise io.fail(fn, "batch_normalize", f"expected a bool, got {batch_normalize!r}", TypeError)
+        io.is_keywords(fn, level, seq_stat, mode, batch_normalize)
         low, high = self._bounds(fn, lo, hi)
         if level == "sequence":
             raise NotImplementedError("OpenRLHF's is_correction_level='seq' gates each row on the geometric mean but keeps "
@@ -467,10 +423,7 @@ class OpenRLHFAdapter(SubprocessAdapter):
     def rollout_rejection_mask(self, old_logp: Any, rollout_logp: Any, mask: Any, *, statistic: str = "ratio",
                                level: str = "token", lo: float | None = None, hi: float | None = None) -> np.ndarray:
         fn = "rollout_rejection_mask"
-        if statistic not in ("ratio", "k1", "k2", "k3"):
-            raise io.fail(fn, "statistic", f"expected 'ratio', 'k1', 'k2' or 'k3', got {statistic!r}")
-        if level not in ("token", "seq_sum", "seq_mean", "seq_max", "seq_all"):
-            raise io.fail(fn, "level", f"expected 'token', 'seq_sum', 'seq_mean', 'seq_max' or 'seq_all', got {level!r}")
+        io.rejection_keywords(fn, statistic, level)
         if statistic != "ratio":
             raise NotImplementedError(f"statistic={statistic!r}: PolicyLoss gates on the ratio or on the sampled token's "
                                       "binary_kl / tv, models/loss.py:222-232, not on k1/k2/k3")

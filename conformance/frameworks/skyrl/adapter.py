@@ -78,7 +78,6 @@ Importing this module never starts SkyRL; constructing the adapter does, and a m
 
 from __future__ import annotations
 
-import math
 from itertools import pairwise
 from typing import Any, ClassVar
 
@@ -140,27 +139,12 @@ class SkyRLAdapter(SubprocessAdapter):
         return rows / np.asarray(temperature, dtype=rows.dtype), None, temperature
 
     # ------------------------------------------------------------------------------------------
-    # keyword checks
+    # keyword checks (the spec-side ones are spec_io's)
     # ------------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _number(fn: str, name: str, value: Any, *, low: float | None = 0.0, strict: bool = False) -> float:
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise io.fail(fn, name, f"expected a number, got {value!r}", TypeError)
-        v = float(value)
-        if not math.isfinite(v) or (low is not None and (v <= low if strict else v < low)):
-            raise io.fail(fn, name, f"expected a finite number {'>' if strict else '>='} {low}, got {value!r}")
-        return v
-
-    @staticmethod
-    def _choice(fn: str, name: str, value: Any, allowed: tuple[str, ...]) -> str:
-        if not isinstance(value, str) or value not in allowed:
-            raise io.fail(fn, name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
-        return value
 
     def _clamp(self, fn: str, log_ratio_clamp: float | None, where: str) -> None:
         if log_ratio_clamp is not None:
-            self._number(fn, "log_ratio_clamp", log_ratio_clamp, strict=True)
+            io.number(fn, "log_ratio_clamp", log_ratio_clamp, strict=True)
         if log_ratio_clamp not in (None, self.LOG_RATIO_CLAMP):
             raise NotImplementedError(f"SkyRL clamps the log-ratio at +-20, {where}, not at {log_ratio_clamp!r}")
 
@@ -179,12 +163,12 @@ class SkyRLAdapter(SubprocessAdapter):
     def grpo_advantages(self, rewards: Any, group_size: int, *, scale: str = "group", std_ddof: int = 1,
                         eps: float = 1e-6) -> np.ndarray:
         fn = "grpo_advantages"
-        self._choice(fn, "scale", scale, ("group", "batch", "none"))
+        io.choice(fn, "scale", scale, ("group", "batch", "none"))
         if scale == "batch":
             raise NotImplementedError("SkyRL's GRPO divides by the group's std or not at all (grpo_norm_by_std, ppo_utils.py:1328-1331)")
         if std_ddof != 1:
             raise NotImplementedError("SkyRL's GRPO std is torch.std, unbiased (ppo_utils.py:1323)")
-        e = self._number(fn, "eps", eps)
+        e = io.number(fn, "eps", eps)
         return self._outcome(fn, "grpo", rewards, group_size, grpo_norm_by_std=scale == "group", epsilon=e)
 
     def rloo_advantages(self, rewards: Any, group_size: int) -> np.ndarray:
@@ -192,7 +176,7 @@ class SkyRLAdapter(SubprocessAdapter):
 
     def maxrl_advantages(self, rewards: Any, group_size: int, *, eps: float = 1e-6) -> np.ndarray:
         fn = "maxrl_advantages"
-        return self._outcome(fn, "maxrl", rewards, group_size, epsilon=self._number(fn, "eps", eps))
+        return self._outcome(fn, "maxrl", rewards, group_size, epsilon=io.number(fn, "eps", eps))
 
     @staticmethod
     def _whitened_by_skyrl(m: np.ndarray) -> None:
@@ -205,12 +189,8 @@ class SkyRLAdapter(SubprocessAdapter):
     def reinforce_pp_advantages(self, token_rewards: Any, mask: Any, *, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """``reinforce++`` (ppo_utils.py:1167-1199) with ``gamma``."""
         fn = "reinforce_pp_advantages"
-        r = io.float_array(fn, "token_rewards", token_rewards, 2)
-        m = io.check_mask(fn, mask, r.shape)
-        io.check_finite(fn, "token_rewards", r, m)
-        g = self._number(fn, "gamma", gamma)
-        if g > 1:
-            raise io.fail(fn, "gamma", f"expected 0 <= gamma <= 1, got {gamma!r}")
+        r, m = io.token_arrays(fn, mask, finite=True, token_rewards=token_rewards)
+        g = io.unit_interval(fn, "gamma", gamma)
         self._whitened_by_skyrl(m)
         arrays = {"token_level_rewards": io.clean(r, m), "response_mask": io.as_mask_of(m, r.dtype)}
         out = self._worker.call("advantages", arrays, {"name": "reinforce++", "gamma": g})["outputs"]
@@ -220,10 +200,7 @@ class SkyRLAdapter(SubprocessAdapter):
                     lam: float = 1.0) -> tuple[dict[str, np.ndarray], np.ndarray, Any]:
         """``compute_gae_advantage_return`` as SkyRL returns it: ``{"advantages": whitened, "returns": ...}``,
         the mask, the rewards' dtype."""
-        fn = "gae"
-        r = io.float_array(fn, "token_rewards", token_rewards, 2)
-        m = io.check_mask(fn, mask, r.shape)
-        v = io.float_array(fn, "values", values, 2).astype(r.dtype)
+        r, v, m = io.token_arrays("gae", mask, token_rewards=token_rewards, values=values)
         self._whitened_by_skyrl(m)
         arrays = {"token_level_rewards": io.clean(r, m), "values": io.clean(v, m), "response_mask": io.as_mask_of(m, r.dtype)}
         out = self._worker.call("advantages", arrays, {"name": "gae", "gamma": float(gamma), "lambd": float(lam)})["outputs"]
@@ -236,9 +213,7 @@ class SkyRLAdapter(SubprocessAdapter):
         return io.masked_out(advantages, m, dtype), io.masked_out(returns, m, dtype)
 
     def whiten(self, x: Any, mask: Any, *, shift_mean: bool = True) -> np.ndarray:
-        fn = "whiten"
-        a = io.float_array(fn, "x", x, 2)
-        m = io.check_mask(fn, mask, a.shape)
+        a, m = io.token_arrays("whiten", mask, x=x)
         self._whitened_by_skyrl(m)
         out = self._worker.call("masked_whiten", {"values": io.clean(a, m), "mask": io.as_mask_of(m, a.dtype)},
                                 {"shift_mean": bool(shift_mean)})["outputs"]["out"]
@@ -250,14 +225,14 @@ class SkyRLAdapter(SubprocessAdapter):
 
     def _kl(self, logp: Any, ref_logp: Any, mask: Any, estimator: str, upstream: Any = None, *, abs_ok: bool = False) -> np.ndarray:
         lp, ref, m = self._kl_inputs(logp, ref_logp, mask, None)
-        allowed = ("k1", "k2", "k3", "abs") if abs_ok else ("k1", "k2", "k3")
-        self._choice("kl_loss_term" if abs_ok else "kl_penalty", "estimator", estimator, allowed)
+        allowed = io.KL_LOSS_ESTIMATORS if abs_ok else ("k1", "k2", "k3")
+        io.choice("kl_loss_term" if abs_ok else "kl_penalty", "estimator", estimator, allowed)
         arrays = {"log_probs": io.clean(lp, m), "log_probs_base": io.clean(ref, m), "loss_mask": io.as_mask_of(m, lp.dtype)}
         return self._token_op("kl", arrays, {"estimator": estimator}, "kl", "log_probs", m, lp.dtype, upstream)
 
     def _kl_loss(self, logp: Any, ref_logp: Any, mask: Any, old_logp: Any, estimator: str, gradient: str,
                  upstream: Any = None) -> np.ndarray:
-        self._choice("kl_loss_term", "gradient", gradient, ("estimator", "straight_through", "unbiased", "bias_corrected"))
+        io.kl_loss_keywords("kl_loss_term", estimator, gradient)
         if gradient != "estimator":
             raise NotImplementedError(f"SkyRL's KL loss is compute_approx_kl differentiated as computed (ppo_utils.py:88-125, "
                                       f"worker.py:970-980); it has no {gradient!r} form")
@@ -284,15 +259,10 @@ class SkyRLAdapter(SubprocessAdapter):
 
     def rlhf_token_rewards(self, scores: Any, logp: Any, ref_logp: Any, mask: Any, *, kl_coef: float, estimator: str = "k1") -> np.ndarray:
         fn = "rlhf_token_rewards"
-        s = io.float_array(fn, "scores", scores, 1)
-        lp = io.float_array(fn, "logp", logp, 2)
-        ref = io.float_array(fn, "ref_logp", ref_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
-        if s.shape[0] != lp.shape[0]:
-            raise io.fail(fn, "scores", f"expected [B] = [{lp.shape[0]}], got shape {s.shape}")
-        io.check_finite(fn, "scores", s)
-        self._choice(fn, "estimator", estimator, ("k1", "k2", "k3"))
-        coef = self._number(fn, "kl_coef", kl_coef, low=None)
+        lp, ref, m = io.token_arrays(fn, mask, logp=logp, ref_logp=ref_logp)
+        s = io.row_scores(fn, scores, lp.shape[0])
+        io.choice(fn, "estimator", estimator, ("k1", "k2", "k3"))
+        coef = io.number(fn, "kl_coef", kl_coef, low=None)
         if coef < 0:
             raise NotImplementedError("apply_reward_kl_penalty uses max(0, kl_loss_coef) (trainer.py:1411-1416)")
         if not self.has_trainer:
@@ -313,22 +283,25 @@ class SkyRLAdapter(SubprocessAdapter):
     def _ppo_params(self, eps_low: float, eps_high: float, dual_clip: float | None) -> dict[str, Any]:
         return self._loss_params(*self._ppo_config("ppo_token_loss", eps_low, eps_high, dual_clip))
 
+    @staticmethod
+    def _clip_config(fn: str, eps_low: float, eps_high: float) -> dict[str, Any]:
+        low, high = io.clip_range(fn, eps_low, eps_high)
+        return {"eps_clip_low": low, "eps_clip_high": high}
+
     def _ppo_config(self, fn: str, eps_low: float, eps_high: float, dual_clip: float | None) -> tuple[str, dict[str, Any]]:
-        config = {"eps_clip_low": self._number(fn, "eps_low", eps_low), "eps_clip_high": self._number(fn, "eps_high", eps_high)}
+        config = self._clip_config(fn, eps_low, eps_high)
         if dual_clip is None:
             return "regular", config
-        return "dual_clip", {**config, "clip_ratio_c": self._number(fn, "dual_clip", dual_clip, low=1.0, strict=True)}
+        return "dual_clip", {**config, "clip_ratio_c": io.number(fn, "dual_clip", dual_clip, low=1.0, strict=True)}
 
     def _gspo_params(self, eps_low: float, eps_high: float) -> dict[str, Any]:
-        fn = "gspo_token_loss"
-        return self._loss_params("gspo", {"eps_clip_low": self._number(fn, "eps_low", eps_low),
-                                          "eps_clip_high": self._number(fn, "eps_high", eps_high)})
+        return self._loss_params("gspo", self._clip_config("gspo_token_loss", eps_low, eps_high))
 
     def _cispo_params(self, eps_low: float | None, eps_high: float, bound: str) -> dict[str, Any]:
         fn = "cispo_token_loss"
-        self._choice(fn, "bound", bound, ("relative", "absolute"))
-        high = self._number(fn, "eps_high", eps_high)
-        low = 1.0 if eps_low is None else self._number(fn, "eps_low", eps_low)
+        io.choice(fn, "bound", bound, ("relative", "absolute"))
+        high = io.number(fn, "eps_high", eps_high)
+        low = 1.0 if eps_low is None else io.number(fn, "eps_low", eps_low)
         # clamp(ratio, 1 - low, 1 + high) (ppo_utils.py:750): an absolute bound E is 1 + (E - 1)
         return self._loss_params("cispo", {"cispo": {"cispo_eps_clip_low": low,
                                                      "cispo_eps_clip_high": high if bound == "relative" else high - 1.0}})
@@ -345,8 +318,8 @@ class SkyRLAdapter(SubprocessAdapter):
     def _sapo_params(self, tau_pos: float, tau_neg: float, log_ratio_clamp: float | None) -> dict[str, Any]:
         fn = "sapo_token_loss"
         self._clamp(fn, log_ratio_clamp, "ppo_utils.py:633")
-        return self._loss_params("sapo", {"sapo": {"tau_pos": self._number(fn, "tau_pos", tau_pos, strict=True),
-                                                   "tau_neg": self._number(fn, "tau_neg", tau_neg, strict=True)}})
+        return self._loss_params("sapo", {"sapo": {"tau_pos": io.number(fn, "tau_pos", tau_pos, strict=True),
+                                                   "tau_neg": io.number(fn, "tau_neg", tau_neg, strict=True)}})
 
     def sapo_token_loss(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, tau_pos: float = 1.0,
                         tau_neg: float = 1.05, log_ratio_clamp: float | None = None) -> np.ndarray:
@@ -363,26 +336,12 @@ class SkyRLAdapter(SubprocessAdapter):
             "SkyRL's dppo_policy_loss (ppo_utils.py:809-878) is the ratio surrogate -A*r*keep with r on the graph (:871), "
             "not -A*sg(min(r, cap))*logp*keep: the same gradient, another value; checked by the rows skyrl.policy_loss[dppo,*]")
 
-    def _fraction(self, fn: str, fraction: Any) -> float:
-        f = self._number(fn, "fraction", fraction, strict=True)
-        if f > 1.0:
-            raise io.fail(fn, "fraction", f"expected a number <= 1, got {fraction!r}")
-        return f
-
     def clip_cov_mask(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, draws: Any, *, fraction: float = 2e-4,
                       cov_low: float = 1.0, cov_high: float = 5.0, eps_low: float = 0.2, eps_high: float = 0.2) -> np.ndarray:
         fn = "clip_cov_mask"
-        lp = io.float_array(fn, "logp", logp, 2)
-        old = io.float_array(fn, "old_logp", old_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
-        u = io.float_array(fn, "draws", draws, 2).astype(lp.dtype)
-        for name, x in (("logp", lp), ("old_logp", old), ("draws", u)):
-            io.check_finite(fn, name, x, m)
-        lo, hi = self._number(fn, "cov_low", cov_low, low=None), self._number(fn, "cov_high", cov_high, low=None)
-        if not lo < hi:
-            raise io.fail(fn, "cov_high", f"expected a finite number > cov_low = {cov_low!r}, got {cov_high!r}")
-        config = {"eps_clip_low": self._number(fn, "eps_low", eps_low), "eps_clip_high": self._number(fn, "eps_high", eps_high),
-                  "clip_cov": {"clip_ratio": self._fraction(fn, fraction), "clip_cov_lb": lo, "clip_cov_ub": hi}}
+        lp, old, u, m = io.token_arrays(fn, mask, finite=True, logp=logp, old_logp=old_logp, draws=draws)
+        f, lo, hi = io.clip_cov_settings(fn, fraction, cov_low, cov_high)
+        config = {**self._clip_config(fn, eps_low, eps_high), "clip_cov": {"clip_ratio": f, "clip_cov_lb": lo, "clip_cov_ub": hi}}
         arrays = {"log_probs": io.clean(lp, m), "old_log_probs": io.clean(old, m),
                   "advantages": io.per_token(advantages, m, fn, lp.dtype), "loss_mask": io.as_mask_of(m, lp.dtype),
                   "clip_cov_draws": io.clean(u, m)}
@@ -391,8 +350,8 @@ class SkyRLAdapter(SubprocessAdapter):
 
     def _kl_cov_params(self, fraction: float, coef: float) -> dict[str, Any]:
         fn = "kl_cov_token_loss"
-        return self._loss_params("kl_cov", {"kl_cov": {"kl_cov_frac": self._fraction(fn, fraction),
-                                                       "ppo_kl_coef": self._number(fn, "coef", coef)}})
+        return self._loss_params("kl_cov", {"kl_cov": {"kl_cov_frac": io.unit_interval(fn, "fraction", fraction, strict=True),
+                                                       "ppo_kl_coef": io.number(fn, "coef", coef)}})
 
     def kl_cov_token_loss(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, fraction: float = 2e-4,
                           coef: float = 0.1) -> np.ndarray:
@@ -403,20 +362,14 @@ class SkyRLAdapter(SubprocessAdapter):
         return self._policy("kl_cov_token_loss", self._kl_cov_params(fraction, coef), logp, old_logp, advantages, mask, upstream)
 
     def _value_params(self, clip: float | None) -> dict[str, Any]:
-        return {"value_clip": None if clip is None else self._number("value_token_loss", "clip", clip, strict=True)}
+        return {"value_clip": None if clip is None else io.number("value_token_loss", "clip", clip, strict=True)}
 
     # ------------------------------------------------------------------------------------------
     # spec v1.1 off-policy correction (off_policy_correction_utils.py)
     # ------------------------------------------------------------------------------------------
 
     def _rollout_inputs(self, fn: str, old_logp: Any, rollout_logp: Any, mask: Any) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-        old = io.float_array(fn, "old_logp", old_logp, 2)
-        rollout = io.float_array(fn, "rollout_logp", rollout_logp, 2).astype(old.dtype)
-        if rollout.shape != old.shape:
-            raise io.fail(fn, "rollout_logp", f"expected [B, T] = {list(old.shape)}, got shape {rollout.shape}")
-        m = io.check_mask(fn, mask, old.shape)
-        io.check_finite(fn, "old_logp", old, m)
-        io.check_finite(fn, "rollout_logp", rollout, m)
+        old, rollout, m = io.rollout_inputs(fn, old_logp, rollout_logp, mask)
         arrays = {"old_log_probs": io.clean(old, m), "rollout_logprobs": io.clean(rollout, m), "loss_mask": io.as_mask_of(m, old.dtype)}
         return old, m, arrays
 
@@ -426,11 +379,7 @@ class SkyRLAdapter(SubprocessAdapter):
                            batch_normalize: bool = False) -> np.ndarray:
         fn = "rollout_is_weights"
         old, m, arrays = self._rollout_inputs(fn, old_logp, rollout_logp, mask)
-        self._choice(fn, "level", level, ("token", "sequence"))
-        self._choice(fn, "seq_stat", seq_stat, ("product", "geometric"))
-        self._choice(fn, "mode", mode, ("none", "truncate", "mask"))
-        if not isinstance(batch_normalize, (bool, np.bool_)):
-            raise io.fail(fn, "batch_normalize", f"expected a bool, got {batch_normalize!r}", TypeError)
+        io.is_keywords(fn, level, seq_stat, mode, batch_normalize)
         self._clamp(fn, log_ratio_clamp, "off_policy_correction_utils.py:49, :66")
         if level == "sequence" and seq_stat == "geometric":
             raise NotImplementedError("SkyRL's sequence TIS ratio is the product of ratios (off_policy_correction_utils.py:63-66); "
@@ -444,7 +393,7 @@ class SkyRLAdapter(SubprocessAdapter):
             raise NotImplementedError("SkyRL's TIS always has a cap (token_tis_ratio_clip_high / sequence_tis_ratio_clip_high)")
         if batch_normalize:
             raise NotImplementedError("SkyRL does not normalise the TIS weights")
-        cap = self._number(fn, "hi", hi, strict=True)
+        cap = io.number(fn, "hi", hi, strict=True)
         key = "token_tis_ratio_clip_high" if level == "token" else "sequence_tis_ratio_clip_high"
         out = self._worker.call("off_policy", arrays, {"fn": "tis", "tis_ratio_type": level, "correction": {key: cap}})
         return io.masked_out(out["outputs"]["weight"], m, old.dtype)
@@ -452,11 +401,10 @@ class SkyRLAdapter(SubprocessAdapter):
     def rejection_settings(self, statistic: str, level: str, lo: float | None, hi: float | None) -> dict[str, Any]:
         """The ``off_policy`` op's params for a ratio rejection mask (NotImplementedError where SkyRL has none)."""
         fn = "rollout_rejection_mask"
-        self._choice(fn, "statistic", statistic, ("ratio", "k1", "k2", "k3"))
-        self._choice(fn, "level", level, ("token", "seq_sum", "seq_mean", "seq_max", "seq_all"))
+        io.rejection_keywords(fn, statistic, level)
         for name, bound in (("lo", lo), ("hi", hi)):
             if bound is not None:
-                self._number(fn, name, bound)
+                io.number(fn, name, bound)
         if statistic != "ratio":
             raise NotImplementedError("SkyRL's masks test the ratio pi_old/pi_rollout only (off_policy_correction_utils.py:75-254)")
         if level == "seq_max":
@@ -480,7 +428,7 @@ class SkyRLAdapter(SubprocessAdapter):
                                kl_of: str = "rollout_old") -> np.ndarray:
         fn = "rollout_rejection_mask"
         _, m, arrays = self._rollout_inputs(fn, old_logp, rollout_logp, mask)
-        self._choice(fn, "kl_of", kl_of, ("rollout_old", "old_rollout"))  # the ratio does not depend on it
+        io.choice(fn, "kl_of", kl_of, io.KL_OF)  # the ratio does not depend on it
         settings = self.rejection_settings(statistic, level, lo, hi)
         keep = self._worker.call("off_policy", arrays, settings)["outputs"]["keep"]
         return (np.asarray(keep) > 0.5) & m
@@ -489,18 +437,15 @@ class SkyRLAdapter(SubprocessAdapter):
                    eps_high: float, dual_clip: float | None, behav_cap: float | None, behav_mode: str,
                    upstream: Any = None) -> np.ndarray:
         fn = "decoupled_ppo_token_loss"
-        self._choice(fn, "behav_mode", behav_mode, ("truncate", "mask"))
-        lp = io.float_array(fn, "logp", logp, 2)
-        prox = io.float_array(fn, "prox_logp", prox_logp, 2).astype(lp.dtype)
-        behav = io.float_array(fn, "behav_logp", behav_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
+        io.choice(fn, "behav_mode", behav_mode, ("truncate", "mask"))
+        lp, prox, behav, m = io.token_arrays(fn, mask, logp=logp, prox_logp=prox_logp, behav_logp=behav_logp)
         if behav_cap is None:
             raise NotImplementedError("SkyRL's token TIS always caps the weight (token_tis_ratio_clip_high, config.py:571)")
         if behav_mode == "mask":
             raise NotImplementedError("SkyRL's TIS weight is truncated, clamp(rho, max=cap) (off_policy_correction_utils.py:57)")
         name, config = self._ppo_config(fn, eps_low, eps_high, dual_clip)
         config["off_policy_correction"] = {"tis_ratio_type": "token",
-                                           "token_tis_ratio_clip_high": self._number(fn, "behav_cap", behav_cap, strict=True)}
+                                           "token_tis_ratio_clip_high": io.number(fn, "behav_cap", behav_cap, strict=True)}
         arrays = {"log_probs": io.clean(lp, m), "old_log_probs": io.clean(prox, m), "rollout_logprobs": io.clean(behav, m),
                   "advantages": io.per_token(advantages, m, fn, lp.dtype), "loss_mask": io.as_mask_of(m, lp.dtype)}
         return self._token_op("policy_loss", arrays, self._loss_params(name, config), "per_token", "log_probs", m, lp.dtype, upstream)
@@ -523,16 +468,13 @@ class SkyRLAdapter(SubprocessAdapter):
 
     def _reduction(self, fn: str, mode: str, norm_length: float | None) -> dict[str, Any]:
         """``loss_reduction`` and ``max_seq_len`` for a spec mode (NotImplementedError where SkyRL has none)."""
-        if mode not in io.AGG_MODES:
-            raise io.fail(fn, "mode", f"expected one of {', '.join(io.AGG_MODES)}, got {mode!r}")
+        io.agg_mode(fn, mode, norm_length=norm_length, needs_norm=True)
         if mode not in self.MODES:
             raise NotImplementedError(f"SkyRL's loss_reduction has no {mode!r} (token_mean, sequence_mean, "
                                       "seq_mean_token_sum_norm, prompt_mean, token_mean_legacy; ppo_utils.py:1095-1164)")
         out: dict[str, Any] = {"loss_reduction": self.MODES[mode], "max_seq_len": None}
         if mode == "seq_mean_token_sum_norm":
-            if norm_length is None:
-                raise io.fail(fn, "norm_length", "required for mode 'seq_mean_token_sum_norm'")
-            n = self._number(fn, "norm_length", norm_length, strict=True)
+            n = io.number(fn, "norm_length", norm_length, strict=True)
             if n != int(n):
                 raise NotImplementedError(f"SkyRL's max_seq_len is an int (config.py:653), not {norm_length!r}")
             out["max_seq_len"] = int(n)
@@ -548,8 +490,7 @@ class SkyRLAdapter(SubprocessAdapter):
     def _aggregate(self, token_loss: Any, mask: Any, mode: str, norm_length: float | None, num_tokens: float | None,
                    num_seqs: float | None, upstream: Any = None) -> Any:
         fn = "aggregate"
-        x = io.float_array(fn, "token_loss", token_loss, 2)
-        m = io.check_mask(fn, mask, x.shape)
+        x, m = io.token_arrays(fn, mask, token_loss=token_loss)
         params = self._reduction(fn, mode, norm_length)
         self._own_counts(m, num_tokens, num_seqs)
         arrays = {"token_loss": io.clean(x, m), "loss_mask": io.as_mask_of(m, x.dtype)}
@@ -570,8 +511,7 @@ class SkyRLAdapter(SubprocessAdapter):
         losses (``reduce_loss``) and multiplies by ``dp_size`` (worker.py:983-989), DDP averaging the
         ranks' gradients. So: the scaling on the concatenated chunks, one ``reduce_loss`` per chunk."""
         fn = "micro_batched_loss"
-        xs = [io.float_array(fn, "token_loss_chunks", x, 2) for x in chunks]
-        ms = [io.check_mask(fn, m, x.shape) for x, m in zip(xs, masks)]
+        xs, ms = io.chunk_arrays(fn, chunks, masks)
         params = self._reduction(fn, mode, norm_length)
         width = max([m.shape[1] for m in ms] + [1])
         pad = [((0, 0), (0, width - m.shape[1])) for m in ms]
@@ -592,12 +532,9 @@ class SkyRLAdapter(SubprocessAdapter):
                      eps_high: float, dual_clip: float | None, kl_coef: float, kl_estimator: str, mode: str,
                      norm_length: float | None, num_tokens: float | None, num_seqs: float | None, upstream: Any = None) -> Any:
         fn = "policy_loss"
-        lp = io.float_array(fn, "logp", logp, 2)
-        old = io.float_array(fn, "old_logp", old_logp, 2).astype(lp.dtype)
-        ref = io.float_array(fn, "ref_logp", ref_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
-        self._choice(fn, "kl_estimator", kl_estimator, ("k1", "k2", "k3"))
-        coef = self._number(fn, "kl_coef", kl_coef)
+        lp, old, ref, m = io.token_arrays(fn, mask, logp=logp, old_logp=old_logp, ref_logp=ref_logp)
+        io.choice(fn, "kl_estimator", kl_estimator, ("k1", "k2", "k3"))
+        coef = io.number(fn, "kl_coef", kl_coef)
         name, config = self._ppo_config(fn, eps_low, eps_high, dual_clip)
         reduction = self._reduction(fn, mode, norm_length)
         self._own_counts(m, num_tokens, num_seqs)

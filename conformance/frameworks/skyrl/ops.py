@@ -1,10 +1,10 @@
 """SkyRL operations for the subprocess worker (``conformance/frameworks/subprocess_worker.py``).
 
-Runs inside the SkyRL environment (``rlspec frameworks install skyrl``); imports only torch, NumPy and
-SkyRL. Every op calls the installed SkyRL (skyrl 0.3.0, its skyrl-train backend
-``skyrl/backends/skyrl_train``) in SkyRL's conventions (response tensors ``[B, R]`` with a float
-``loss_mask``, prompt ids in ``index``, an ``AlgorithmConfig``); the conversion to spec conventions is in
-``conformance/frameworks/skyrl/adapter.py``.
+Runs inside the SkyRL environment (``rlspec frameworks install skyrl``); imports only torch, NumPy,
+SkyRL and ``shared_ops.py`` (the worker loads it). Every op calls the installed SkyRL (skyrl 0.3.0, its
+skyrl-train backend ``skyrl/backends/skyrl_train``) in SkyRL's conventions (response tensors ``[B, R]``
+with a float ``loss_mask``, prompt ids in ``index``, an ``AlgorithmConfig``); the conversion to spec
+conventions is in ``conformance/frameworks/skyrl/adapter.py``.
 
 What is called (skyrl 0.3.0; ``S`` = ``skyrl/backends/skyrl_train/utils/ppo_utils.py``, ``SO`` =
 ``skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py``, ``TU`` =
@@ -44,8 +44,8 @@ it then adds the worker's KL term, ``compute_approx_kl`` reduced by ``masked_mea
 Clip-Cov (``compute_policy_loss_clip_cov``, S:881-941) cuts ``top_k_idx[perm[:n]]`` with ``top_k_idx =
 torch.nonzero(candidates)`` (:917, row-major) and ``perm = torch.randperm(len(top_k_idx))`` (:920): a random
 draw. Given ``clip_cov_draws`` ``[B, R]``, the op makes that draw the order of the draws over SkyRL's own
-candidate list, exactly as ``conformance/frameworks/verl/ops.py`` does for verl's identical code:
-``torch.nonzero`` is wrapped to remember the last ``[K, 2]`` list it returned, ``torch.randperm(K)`` returns
+candidate list with the ``clip_cov_draws`` of ``conformance/frameworks/shared_ops.py`` (verl's op uses it too,
+verl's code being identical): ``torch.nonzero`` is wrapped to remember the last ``[K, 2]`` list it returned, ``torch.randperm(K)`` returns
 the stable argsort of the draws at those K positions (refusing any other K), and ``torch.ones_like`` is
 wrapped to remember its first result, SkyRL's ``corr`` (:927), whose zeros after the call are the tokens
 cut (``clip_cov_keep``). The three functions are restored after the call.
@@ -128,6 +128,7 @@ def load() -> dict[str, Any]:
     ppo, opc, tu, config = found["ppo"], found["opc"], found["tu"], found["config"]
     AlgorithmConfig, OffPolicyCorrectionConfig = config.AlgorithmConfig, config.OffPolicyCorrectionConfig
     from omegaconf import OmegaConf
+    from rlspec_shared_ops import clip_cov_draws
 
     def algorithm(fields: dict[str, Any] | None) -> Any:
         """``AlgorithmConfig`` from a (nested) dict, as the worker builds one from overrides (worker.py:859-866)."""
@@ -150,36 +151,6 @@ def load() -> dict[str, Any]:
             yield seen
         finally:
             setattr(module, name, real)
-
-    @contextlib.contextmanager
-    def clip_cov_draws(draws: Any):
-        """Clip-Cov's ``torch.randperm`` over the candidates returns their order by ``draws`` (module
-        docstring); ``seen["corr"]`` is SkyRL's ``corr``."""
-        seen: dict[str, Any] = {}
-        real = (torch.nonzero, torch.randperm, torch.ones_like)
-
-        def nonzero(*args: Any, **kwargs: Any) -> Any:
-            out = real[0](*args, **kwargs)
-            if isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[1] == 2:
-                seen["candidates"] = out
-            return out
-
-        def randperm(n: int, *args: Any, **kwargs: Any) -> Any:
-            idx = seen.get("candidates")
-            if idx is None or len(idx) != n:
-                raise RuntimeError(f"torch.randperm({n}) called without a candidate list of {n} from torch.nonzero")
-            return torch.sort(draws[idx[:, 0], idx[:, 1]], stable=True).indices
-
-        def ones_like(*args: Any, **kwargs: Any) -> Any:
-            out = real[2](*args, **kwargs)
-            seen.setdefault("corr", out)
-            return out
-
-        torch.nonzero, torch.randperm, torch.ones_like = nonzero, randperm, ones_like
-        try:
-            yield seen
-        finally:
-            torch.nonzero, torch.randperm, torch.ones_like = real
 
     def trainer_self(cfg: Any, micro_batch_size: int = 1) -> Any:
         """The ``self`` of a ``RayPPOTrainer`` method that reads only ``cfg`` (and the KL-in-reward state)."""
@@ -215,7 +186,7 @@ def load() -> dict[str, Any]:
             out["advantages"] = advantages
         fn = ppo.PolicyLossRegistry.get(name)
         draws = t.get("clip_cov_draws")
-        with record(ppo, "reduce_loss") as seen, (clip_cov_draws(draws) if draws is not None else contextlib.nullcontext({})) as cut:
+        with record(ppo, "reduce_loss") as seen, clip_cov_draws(draws) as cut:
             loss, metrics = fn(t["log_probs"], t["old_log_probs"], advantages, config=cfg, loss_mask=t["loss_mask"],
                                rollout_logprobs=t.get("rollout_logprobs"))
         out["policy_loss"] = loss

@@ -164,8 +164,7 @@ class TorchRLAdapter(SubprocessAdapter):
         """``MCAdvantage(grpo_size=group_size)``; ``eps`` and ``singleton`` have no setting (module docstring)."""
         fn = "grpo_advantages"
         r, G = io.check_groups(fn, rewards, group_size)
-        if scale not in ("group", "batch", "none"):
-            raise io.fail(fn, "scale", f"expected 'group', 'batch' or 'none', got {scale!r}")
+        io.choice(fn, "scale", scale, io.GRPO_SCALES)
         if scale != "group" or std_ddof != 1:
             raise NotImplementedError("MCAdvantage divides by the group's unbiased std (grpo.py:1508-1511): "
                                       "no batch or unscaled form, no ddof")
@@ -197,14 +196,9 @@ class TorchRLAdapter(SubprocessAdapter):
                        op: str = "value_function", **params: Any) -> tuple[np.ndarray, np.ndarray]:
         """torchrl's value function or estimator ``name`` on the spec's rows: (advantage, value target) ``[B, T]``."""
         fn = "gae"
-        v = io.float_array(fn, "values", values, 2)
-        r = io.float_array(fn, "token_rewards", token_rewards, 2).astype(v.dtype)
-        m = io.check_mask(fn, mask, v.shape)
-        if r.shape != v.shape:
-            raise io.fail(fn, "token_rewards", f"expected [B, T] = {list(v.shape)}, got shape {r.shape}")
-        for name_, value in (("gamma", gamma), ("lam", lam)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise io.fail(fn, name_, f"expected a number in [0, 1], got {value!r}")
+        v, r, m = io.token_arrays(fn, mask, values=values, token_rewards=token_rewards)
+        io.unit_interval(fn, "gamma", gamma)
+        io.unit_interval(fn, "lam", lam)
         io.check_finite(fn, "token_rewards", r, m)
         io.check_finite(fn, "values", v, m)
         arrays, where = self.trajectories(r, v, m)
@@ -293,10 +287,8 @@ class TorchRLAdapter(SubprocessAdapter):
     def _cispo(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, eps_low: Any, eps_high: float, bound: str,
                surrogate: str, upstream: Any = None) -> np.ndarray:
         fn = "cispo_token_loss"
-        if bound not in ("relative", "absolute"):
-            raise io.fail(fn, "bound", f"expected 'relative' or 'absolute', got {bound!r}")
-        if surrogate not in ("logp", "ratio"):
-            raise io.fail(fn, "surrogate", f"expected 'logp' or 'ratio', got {surrogate!r}")
+        io.choice(fn, "bound", bound, ("relative", "absolute"))
+        io.choice(fn, "surrogate", surrogate, ("logp", "ratio"))
         if bound == "absolute" or eps_low is None:
             raise NotImplementedError("CISPOLoss clips r to [1 - eps_low, 1 + eps_high] (grpo.py:551-557, :1008-1016): both bounds "
                                       "relative and a lower bound always (objectives/utils.py:1082-1107)")
@@ -342,11 +334,7 @@ class TorchRLAdapter(SubprocessAdapter):
 
     def _kl_loss(self, logp: Any, ref_logp: Any, mask: Any, estimator: str, gradient: str, log_ratio_clamp: Any, clamp: Any,
                  upstream: Any = None) -> np.ndarray:
-        fn = "kl_loss_term"
-        if estimator not in ("k1", "k2", "k3", "abs"):
-            raise io.fail(fn, "estimator", f"expected 'k1', 'k2', 'k3' or 'abs', got {estimator!r}")
-        if gradient not in ("estimator", "straight_through", "unbiased", "bias_corrected"):
-            raise io.fail(fn, "gradient", f"expected 'estimator', 'straight_through', 'unbiased' or 'bias_corrected', got {gradient!r}")
+        io.kl_loss_keywords("kl_loss_term", estimator, gradient)
         if estimator != "k3" or gradient != "estimator":
             raise NotImplementedError("GRPOLoss's KL term is k3 differentiated as it is (grpo.py:913-915)")
         self._no_clamps(log_ratio_clamp, clamp)
@@ -367,9 +355,7 @@ class TorchRLAdapter(SubprocessAdapter):
     # ------------------------------------------------------------------------------------------
 
     def _aggregation(self, fn: str, mode: str, norm_length: Any, num_tokens: Any, num_seqs: Any) -> str:
-        modes = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_sum")
-        if mode not in modes:
-            raise io.fail(fn, "mode", f"expected one of {', '.join(modes)}, got {mode!r}")
+        io.agg_mode(fn, mode)
         if mode not in self.AGGREGATIONS:
             raise NotImplementedError(f"GRPOLoss aggregates by token_mean or prompt_mean only (grpo.py:784-817), not {mode!r}")
         if norm_length is not None or num_tokens is not None or num_seqs is not None:
@@ -379,9 +365,7 @@ class TorchRLAdapter(SubprocessAdapter):
     def _aggregate(self, token_loss: Any, mask: Any, mode: str, norm_length: Any, num_tokens: Any, num_seqs: Any,
                    upstream: Any = None) -> Any:
         fn = "aggregate"
-        x = io.float_array(fn, "token_loss", token_loss, 2)
-        m = io.check_mask(fn, mask, x.shape)
-        io.check_finite(fn, "token_loss", x, m)
+        x, m = io.token_arrays(fn, mask, finite=True, token_loss=token_loss)
         params = {"aggregation": self._aggregation(fn, mode, norm_length, num_tokens, num_seqs)}
         arrays = {"value": io.clean(x, m), "mask": m}
         if upstream is None:
@@ -400,11 +384,8 @@ class TorchRLAdapter(SubprocessAdapter):
     def _policy_loss(self, logp: Any, old_logp: Any, ref_logp: Any, advantages: Any, mask: Any, kw: dict[str, Any],
                      upstream: Any = None) -> Any:
         fn = "policy_loss"
-        if kw["kl_estimator"] not in ("k1", "k2", "k3"):
-            raise io.fail(fn, "kl_estimator", f"expected 'k1', 'k2' or 'k3', got {kw['kl_estimator']!r}")
-        kl_coef = kw["kl_coef"]
-        if isinstance(kl_coef, bool) or not isinstance(kl_coef, (int, float)) or not np.isfinite(kl_coef):
-            raise io.fail(fn, "kl_coef", f"expected a finite number, got {kl_coef!r}")
+        io.choice(fn, "kl_estimator", kw["kl_estimator"], ("k1", "k2", "k3"))
+        kl_coef = io.number(fn, "kl_coef", kw["kl_coef"], low=None)
         aggregation = self._aggregation(fn, kw["mode"], kw["norm_length"], kw["num_tokens"], kw["num_seqs"])
         if kw["dual_clip"] is not None:
             raise NotImplementedError("GRPOLoss has no dual clip (grpo.py:769-782)")
@@ -442,10 +423,9 @@ class TorchRLAdapter(SubprocessAdapter):
         """``loss_entropy`` of a ``GRPOLoss`` forward whose actor's distribution has the given entropies (the
         log-probs are 0 = the old ones and the advantages 0: the policy term is 0 and is not read)."""
         fn = "entropy_bonus"
-        if isinstance(entropy_coef, bool) or not isinstance(entropy_coef, (int, float)) or not np.isfinite(entropy_coef):
-            raise io.fail(fn, "entropy_coef", f"expected a finite number, got {entropy_coef!r}")
+        entropy_coef = io.number(fn, "entropy_coef", entropy_coef, low=None)
         init = {"aggregation": self._aggregation(fn, mode, norm_length, num_tokens, num_seqs),
-                "entropy_coeff": float(entropy_coef)}
+                "entropy_coeff": entropy_coef}
         H = io.float_array(fn, "entropy", entropy, 2)
         zeros = np.zeros(H.shape, dtype=H.dtype)
         if upstream is None:

@@ -112,14 +112,10 @@ class TorchtuneAdapter(SubprocessAdapter):
                            estimator: str = "k1") -> np.ndarray:
         fn = "rlhf_token_rewards"
         lp, ref, m = self._kl_inputs(logp, ref_logp, mask, estimator)
-        s = io.float_array(fn, "scores", scores, 1).astype(lp.dtype)
-        if s.shape[0] != lp.shape[0]:
-            raise io.fail(fn, "scores", f"expected [B] = [{lp.shape[0]}], got shape {s.shape}")
-        io.check_finite(fn, "scores", s)
+        s = io.row_scores(fn, scores, lp.shape[0]).astype(lp.dtype)
         io.check_finite(fn, "logp", lp, m)
         io.check_finite(fn, "ref_logp", ref, m)
-        if isinstance(kl_coef, (bool, np.bool_)) or not np.isfinite(kl_coef):
-            raise io.fail(fn, "kl_coef", f"expected a finite float, got {kl_coef!r}")
+        kl_coef = io.number(fn, "kl_coef", kl_coef, low=None)
         if estimator != "k1":
             raise NotImplementedError(f"get_rewards_ppo's KL is logprobs - ref_logprobs (rlhf/rewards.py:79), k1; no {estimator}")
         arrays = {"scores": s, "logprobs": io.clean(lp, m), "ref_logprobs": io.clean(ref, m),
@@ -159,13 +155,8 @@ class TorchtuneAdapter(SubprocessAdapter):
         """``estimate_advantages`` as torchtune returns it, (whitened advantages, returns), on each row's valid
         positions left-justified (module docstring), in the spec's layout."""
         fn = "gae"
-        r = io.float_array(fn, "token_rewards", token_rewards, 2)
-        m = io.check_mask(fn, mask, r.shape)
-        v = io.float_array(fn, "values", values, 2).astype(r.dtype)
-        io.check_finite(fn, "token_rewards", r, m)
-        io.check_finite(fn, "values", v, m)
-        if not 0.0 <= gamma <= 1.0 or not 0.0 <= lam <= 1.0:
-            raise io.fail(fn, "gamma", f"expected gamma and lam in [0, 1], got {gamma!r}, {lam!r}")
+        r, v, m = io.token_arrays(fn, mask, finite=True, token_rewards=token_rewards, values=values)
+        gamma, lam = io.unit_interval(fn, "gamma", gamma), io.unit_interval(fn, "lam", lam)
         if r.shape[0] == 0:
             return np.zeros(r.shape, dtype=r.dtype), np.zeros(r.shape, dtype=r.dtype)
         valid, (rr, vv), source = self.left_justify(m, r, v)
@@ -183,16 +174,12 @@ class TorchtuneAdapter(SubprocessAdapter):
 
     def torchtune_whiten(self, x: Any, mask: Any, *, shift_mean: bool) -> np.ndarray:
         """torchtune's ``whiten(x, mask, shift_mean)`` with its own keyword (True adds the mean back)."""
-        fn = "whiten"
-        a = io.float_array(fn, "x", x, 2)
-        m = io.check_mask(fn, mask, a.shape)
-        io.check_finite(fn, "x", a, m)
+        a, m = io.token_arrays("whiten", mask, finite=True, x=x)
         out = self._worker.call("whiten", {"x": io.clean(a, m), "mask": m}, {"shift_mean": bool(shift_mean)})["outputs"]["out"]
         return io.masked_out(out, m, a.dtype)
 
     def whiten(self, x: Any, mask: Any, *, shift_mean: bool = True, std_ddof: int = 1, eps: float = 1e-8) -> np.ndarray:
-        if not isinstance(shift_mean, (bool, np.bool_)):
-            raise io.fail("whiten", "shift_mean", f"expected a bool, got {shift_mean!r}", TypeError)
+        io.boolean("whiten", "shift_mean", shift_mean)
         if std_ddof != 1:
             raise NotImplementedError("torchtune's whiten always takes the unbiased variance (masked_var(..., unbiased=True), "
                                       "rlhf/rewards.py:155)")
@@ -217,9 +204,7 @@ class TorchtuneAdapter(SubprocessAdapter):
         fn = "ppo_clipped_mask"
         if log_ratio_clamp is not None:
             raise NotImplementedError("PPOLoss takes exp(pi_logprobs - pi_old_logprobs) unclamped (rlhf/loss/ppo.py:79)")
-        lp = io.float_array(fn, "logp", logp, 2)
-        old = io.float_array(fn, "old_logp", old_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
+        lp, old, m = io.token_arrays(fn, mask, logp=logp, old_logp=old_logp)
         arrays = {"pi_logprobs": io.clean(lp, m), "pi_old_logprobs": io.clean(old, m),
                   "advantages": io.per_token(advantages, m, fn, lp.dtype), "padding_masks": m}
         out = self._worker.call("policy_loss", arrays, self._ppo_params(eps_low, eps_high, dual_clip))["outputs"]
@@ -233,11 +218,8 @@ class TorchtuneAdapter(SubprocessAdapter):
 
     def _aggregate(self, token_loss: Any, mask: Any, mode: str, num_tokens: Any, num_seqs: Any, upstream: Any = None) -> Any:
         fn = "aggregate"
-        x = io.float_array(fn, "token_loss", token_loss, 2)
-        m = io.check_mask(fn, mask, x.shape)
-        io.check_finite(fn, "token_loss", x, m)
-        if mode not in io.AGG_MODES:
-            raise io.fail(fn, "mode", f"expected one of {', '.join(io.AGG_MODES)}, got {mode!r}")
+        x, m = io.token_arrays(fn, mask, finite=True, token_loss=token_loss)
+        io.agg_mode(fn, mode)
         if mode != "token_mean":
             raise NotImplementedError(f"torchtune reduces its losses with masked_mean, the token mean (rlhf/rewards.py:97-112); no {mode}")
         if num_tokens is not None or num_seqs is not None:
@@ -262,8 +244,7 @@ class TorchtuneAdapter(SubprocessAdapter):
                                       "no data-parallel ranks")
         if mode != "token_mean":
             raise NotImplementedError(f"PPOLoss reduces with masked_mean, the token mean; no {mode}")
-        xs = [io.float_array(fn, "token_loss_chunks", x, 2) for x in chunks]
-        ms = [io.check_mask(fn, m, x.shape) for x, m in zip(xs, masks)]
+        xs, ms = io.chunk_arrays(fn, chunks, masks)
         steps = len(xs)
         out = []
         for x, m in zip(xs, ms):

@@ -250,12 +250,8 @@ class VerlAdapter(SubprocessAdapter):
     def reinforce_pp_advantages(self, token_rewards: Any, mask: Any, *, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         """``reinforce_plus_plus`` (core_algos.py:693-731) with ``AlgoConfig(gamma=gamma)``."""
         fn = "reinforce_pp_advantages"
-        r = io.float_array(fn, "token_rewards", token_rewards, 2)
-        m = io.check_mask(fn, mask, r.shape)
-        io.check_finite(fn, "token_rewards", r, m)
-        g = self._positive(fn, "gamma", gamma, strict=False)
-        if g > 1:
-            raise io.fail(fn, "gamma", f"expected 0 <= gamma <= 1, got {gamma!r}")
+        r, m = io.token_arrays(fn, mask, finite=True, token_rewards=token_rewards)
+        g = io.unit_interval(fn, "gamma", gamma)
         self._whitened_by_verl(m)
         arrays = {"token_level_rewards": io.clean(r, m), "response_mask": io.as_mask_of(m, r.dtype)}
         out = self._worker.call("advantage", arrays, {"name": "reinforce_plus_plus", "algo": {"gamma": g}})["outputs"]
@@ -294,7 +290,7 @@ class VerlAdapter(SubprocessAdapter):
     def grpo_passk_advantages(self, rewards: Any, group_size: int, *, scale: str = "group") -> np.ndarray:
         """``grpo_passk`` (core_algos.py:471-530); ``scale`` -> ``AlgoConfig.norm_adv_by_std_in_grpo``."""
         fn = "grpo_passk_advantages"
-        self._choice(fn, "scale", scale, ("group", "none"))
+        io.choice(fn, "scale", scale, ("group", "none"))
         out, r, _ = self._grouped_call(fn, "grpo_passk", rewards, group_size, algo={"norm_adv_by_std_in_grpo": scale == "group"})
         return np.asarray(out["advantages"])[:, 0].astype(r.dtype)
 
@@ -318,9 +314,8 @@ class VerlAdapter(SubprocessAdapter):
                   "sum_pi_squared": ("sum_pi_squared", sum_pi_squared)}
         if is_weights is not None:
             inputs["rollout_is_weights"] = ("is_weights", is_weights)
-        self._choice(fn, "align", align, ("position", "valid_token"))
-        if not isinstance(zero_tail, (bool, np.bool_)):
-            raise io.fail(fn, "zero_tail", f"expected a bool, got {zero_tail!r}", TypeError)
+        io.choice(fn, "align", align, ("position", "valid_token"))
+        io.boolean(fn, "zero_tail", zero_tail)
         B, T = m.shape
         non_empty = m.any(axis=1).reshape(-1, G).sum(axis=1)
         if align == "valid_token" and not zero_tail and G > 1 and (non_empty == 1).any():
@@ -372,11 +367,8 @@ class VerlAdapter(SubprocessAdapter):
 
     def _gae(self, token_rewards: Any, values: Any, mask: Any, gamma: float, lam: float) -> tuple[dict[str, np.ndarray], np.ndarray, Any]:
         """(``compute_gae_advantage_return``'s outputs, the mask, the rewards' dtype)."""
-        fn = "gae"
-        r = io.float_array(fn, "token_rewards", token_rewards, 2)
-        m = io.check_mask(fn, mask, r.shape)
-        v = io.float_array(fn, "values", values, 2)
-        arrays = {"token_level_rewards": io.clean(r, m), "values": io.clean(v.astype(r.dtype), m),
+        r, v, m = io.token_arrays("gae", mask, token_rewards=token_rewards, values=values)
+        arrays = {"token_level_rewards": io.clean(r, m), "values": io.clean(v, m),
                   "response_mask": io.as_mask_of(m, r.dtype)}
         out = self._worker.call("advantage", arrays, {"name": "gae", "gamma": float(gamma), "lam": float(lam)})["outputs"]
         return out, m, r.dtype
@@ -393,9 +385,7 @@ class VerlAdapter(SubprocessAdapter):
         return io.masked_out(out["advantages"], m, dtype), io.masked_out(out["returns"], m, dtype)
 
     def whiten(self, x: Any, mask: Any, *, shift_mean: bool = True) -> np.ndarray:
-        fn = "whiten"
-        a = io.float_array(fn, "x", x, 2)
-        m = io.check_mask(fn, mask, a.shape)
+        a, m = io.token_arrays("whiten", mask, x=x)
         out = self._worker.call("masked_whiten", {"values": io.clean(a, m), "mask": io.as_mask_of(m, a.dtype)},
                                 {"shift_mean": bool(shift_mean)})["outputs"]["out"]
         return io.masked_out(out, m, a.dtype)
@@ -423,14 +413,10 @@ class VerlAdapter(SubprocessAdapter):
     KL_LOSS_SUFFIX = {"estimator": "", "straight_through": "+"}
 
     def _kl_loss_name(self, estimator: str, gradient: str) -> str:
-        fn = "kl_loss_term"
-        if estimator not in self.KL_LOSS_NAMES:
-            raise io.fail(fn, "estimator", f"expected one of {sorted(self.KL_LOSS_NAMES)}, got {estimator!r}")
-        if gradient in ("unbiased", "bias_corrected"):
+        io.kl_loss_keywords("kl_loss_term", estimator, gradient)
+        if gradient not in self.KL_LOSS_SUFFIX:
             raise NotImplementedError(f"verl's kl_penalty has no {gradient!r} form: no importance ratio enters it "
                                       "(core_algos.py:2188-2213)")
-        if gradient not in self.KL_LOSS_SUFFIX:
-            raise io.fail(fn, "gradient", f"expected one of {sorted(self.KL_LOSS_SUFFIX)}, got {gradient!r}")
         return self.KL_LOSS_NAMES[estimator] + self.KL_LOSS_SUFFIX[gradient]
 
     def kl_loss_term(self, logp: Any, ref_logp: Any, mask: Any, old_logp: Any = None, *, estimator: str = "k3",
@@ -464,8 +450,7 @@ class VerlAdapter(SubprocessAdapter):
 
     @staticmethod
     def _cispo_config(eps_low: float | None, eps_high: float, bound: str) -> dict[str, Any]:
-        if bound not in ("relative", "absolute"):
-            raise io.fail("cispo_token_loss", "bound", f"expected 'relative' or 'absolute', got {bound!r}")
+        io.choice("cispo_token_loss", "bound", bound, ("relative", "absolute"))
         high = float(eps_high) if bound == "relative" else float(eps_high) - 1.0
         low = 1.0 if eps_low is None else float(eps_low)
         return {"clip_ratio": low, "clip_ratio_low": low, "clip_ratio_high": high}
@@ -482,26 +467,17 @@ class VerlAdapter(SubprocessAdapter):
 
     LOG_RATIO_CLAMP = 20.0  # core_algos.py:1666 (sapo), :1420 (dppo_tv), :1501 (dppo_kl): clamp(d, -20, 20)
 
-    @staticmethod
-    def _positive(fn: str, name: str, value: Any, *, strict: bool = True) -> float:
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise io.fail(fn, name, f"expected a number, got {value!r}", TypeError)
-        v = float(value)
-        if not math.isfinite(v) or (v <= 0 if strict else v < 0):
-            raise io.fail(fn, name, f"expected a finite number {'>' if strict else '>='} 0, got {value!r}")
-        return v
-
     def _clamp_setting(self, fn: str, log_ratio_clamp: float | None, where: str) -> None:
         """verl clamps this loss's log-ratio at +-20 always (``where``): only None (the canonical value the
         runner holds the row to, the ``verl`` preset names the clamp) and 20 are run."""
         if log_ratio_clamp is not None:
-            self._positive(fn, "log_ratio_clamp", log_ratio_clamp)
+            io.number(fn, "log_ratio_clamp", log_ratio_clamp, strict=True)
         if log_ratio_clamp not in (None, self.LOG_RATIO_CLAMP):
             raise NotImplementedError(f"verl clamps the log-ratio at +-20, {where}, not at {log_ratio_clamp!r}")
 
     def _sapo_params(self, tau_pos: float, tau_neg: float, log_ratio_clamp: float | None) -> dict[str, Any]:
         fn = "sapo_token_loss"
-        config = {"tau_pos": self._positive(fn, "tau_pos", tau_pos), "tau_neg": self._positive(fn, "tau_neg", tau_neg)}
+        config = {"tau_pos": io.number(fn, "tau_pos", tau_pos, strict=True), "tau_neg": io.number(fn, "tau_neg", tau_neg, strict=True)}
         self._clamp_setting(fn, log_ratio_clamp, "core_algos.py:1666")
         # the loss_agg_mode is ignored (seq-mean-token-mean hard-coded, :1688-1690); the per-token matrix is read
         return self._loss_params("sapo", config)
@@ -516,9 +492,7 @@ class VerlAdapter(SubprocessAdapter):
                             upstream)
 
     def _gmpo_params(self, eps_low: float, eps_high: float) -> dict[str, Any]:
-        fn = "gmpo_token_loss"
-        low = self._positive(fn, "eps_low", eps_low, strict=False)
-        high = self._positive(fn, "eps_high", eps_high, strict=False)
+        low, high = io.clip_range("gmpo_token_loss", eps_low, eps_high)
         # geo_mean's scalar is torch.mean over the rows (core_algos.py:2000): per_row runs it on each row alone
         return {**self._loss_params("geo_mean", {"clip_ratio": low, "clip_ratio_low": low, "clip_ratio_high": high}),
                 "per_row": True}
@@ -534,11 +508,10 @@ class VerlAdapter(SubprocessAdapter):
     def _dppo_params(self, divergence: str, delta_low: float, delta_high: float, ratio_cap: float | None,
                      log_ratio_clamp: float | None) -> dict[str, Any]:
         fn = "dppo_token_loss"
-        self._choice(fn, "divergence", divergence, ("tv", "kl"))
-        low = self._positive(fn, "delta_low", delta_low, strict=False)
-        high = self._positive(fn, "delta_high", delta_high, strict=False)
+        io.choice(fn, "divergence", divergence, ("tv", "kl"))
+        low, high = io.clip_range(fn, delta_low, delta_high, ("delta_low", "delta_high"))
         if ratio_cap is not None:
-            self._positive(fn, "ratio_cap", ratio_cap)
+            io.number(fn, "ratio_cap", ratio_cap, strict=True)
         where = "core_algos.py:1420" if divergence == "tv" else "core_algos.py:1501"
         self._clamp_setting(fn, log_ratio_clamp, where)
         if ratio_cap is None:
@@ -563,7 +536,7 @@ class VerlAdapter(SubprocessAdapter):
     def _dro_params(self, beta: float) -> dict[str, Any]:
         if beta is None:
             raise io.fail("dro_token_loss", "beta", "expected a finite number > 0, got None")
-        b = self._positive("dro_token_loss", "beta", beta)
+        b = io.number("dro_token_loss", "beta", beta, strict=True)
         return {**self._loss_params("dro", {}), "policy_loss": {"dro_beta": b}}  # PolicyLossConfig.dro_beta, actor.py:100
 
     def dro_token_loss(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, beta: float) -> np.ndarray:
@@ -576,28 +549,14 @@ class VerlAdapter(SubprocessAdapter):
     # spec v1.1: covariance-selected tokens (core_algos.py's registered clip_cov, kl_cov)
     # ------------------------------------------------------------------------------------------
 
-    def _fraction(self, fn: str, fraction: Any) -> float:
-        f = self._positive(fn, "fraction", fraction)
-        if f > 1.0:
-            raise io.fail(fn, "fraction", f"expected a number <= 1, got {fraction!r}")
-        return f
-
     def clip_cov_mask(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, draws: Any, *, fraction: float = 2e-4,
                       cov_low: float = 1.0, cov_high: float = 5.0, eps_low: float = 0.2, eps_high: float = 0.2) -> np.ndarray:
         fn = "clip_cov_mask"
-        lp = io.float_array(fn, "logp", logp, 2)
-        old = io.float_array(fn, "old_logp", old_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
-        u = io.float_array(fn, "draws", draws, 2).astype(lp.dtype)
-        for name, x in (("logp", lp), ("old_logp", old), ("draws", u)):
-            io.check_finite(fn, name, x, m)
-        low = self._positive(fn, "eps_low", eps_low, strict=False)
-        high = self._positive(fn, "eps_high", eps_high, strict=False)
-        if not (math.isfinite(float(cov_low)) and math.isfinite(float(cov_high)) and float(cov_low) < float(cov_high)):
-            raise io.fail(fn, "cov_high", f"expected a finite number > cov_low = {cov_low!r}, got {cov_high!r}")
+        lp, old, u, m = io.token_arrays(fn, mask, finite=True, logp=logp, old_logp=old_logp, draws=draws)
+        f, cov_lo, cov_hi = io.clip_cov_settings(fn, fraction, cov_low, cov_high)
+        low, high = io.clip_range(fn, eps_low, eps_high)
         params = {**self._loss_params("clip_cov", {"clip_ratio": low, "clip_ratio_low": low, "clip_ratio_high": high}),
-                  "policy_loss": {"clip_cov_ratio": self._fraction(fn, fraction), "clip_cov_lb": float(cov_low),
-                                  "clip_cov_ub": float(cov_high)}}
+                  "policy_loss": {"clip_cov_ratio": f, "clip_cov_lb": cov_lo, "clip_cov_ub": cov_hi}}
         arrays = {"log_prob": io.clean(lp, m), "old_log_prob": io.clean(old, m),
                   "advantages": io.per_token(advantages, m, fn, lp.dtype), "response_mask": io.as_mask_of(m, lp.dtype),
                   "clip_cov_draws": io.clean(u, m)}
@@ -607,7 +566,8 @@ class VerlAdapter(SubprocessAdapter):
     def _kl_cov_params(self, fraction: float, coef: float) -> dict[str, Any]:
         fn = "kl_cov_token_loss"
         return {**self._loss_params("kl_cov", {}),
-                "policy_loss": {"kl_cov_ratio": self._fraction(fn, fraction), "ppo_kl_coef": self._positive(fn, "coef", coef, strict=False)}}
+                "policy_loss": {"kl_cov_ratio": io.unit_interval(fn, "fraction", fraction, strict=True),
+                                "ppo_kl_coef": io.number(fn, "coef", coef)}}
 
     def kl_cov_token_loss(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, *, fraction: float = 2e-4,
                           coef: float = 0.1) -> np.ndarray:
@@ -629,35 +589,16 @@ class VerlAdapter(SubprocessAdapter):
 
     def _rollout_inputs(self, fn: str, old_logp: Any, rollout_logp: Any, mask: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Validated (old, rollout, mask) and the ``rollout_correction`` op's arrays (masked inputs sent as 0)."""
-        old = io.float_array(fn, "old_logp", old_logp, 2)
-        rollout = io.float_array(fn, "rollout_logp", rollout_logp, 2).astype(old.dtype)
-        if rollout.shape != old.shape:
-            raise io.fail(fn, "rollout_logp", f"expected [B, T] = {list(old.shape)}, got shape {rollout.shape}")
-        m = io.check_mask(fn, mask, old.shape)
-        io.check_finite(fn, "old_logp", old, m)
-        io.check_finite(fn, "rollout_logp", rollout, m)
+        old, rollout, m = io.rollout_inputs(fn, old_logp, rollout_logp, mask)
         arrays = {"old_log_prob": io.clean(old, m), "rollout_log_prob": io.clean(rollout, m),
                   "response_mask": io.as_mask_of(m, old.dtype)}
         return old, rollout, m, arrays
-
-    @staticmethod
-    def _choice(fn: str, name: str, value: Any, allowed: tuple[str, ...]) -> str:
-        if not isinstance(value, str):
-            raise io.fail(fn, name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}", TypeError)
-        if value not in allowed:
-            raise io.fail(fn, name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
-        return value
 
     def _is_settings(self, level: str, seq_stat: str, mode: str, lo: float | None, hi: float | None,
                      log_ratio_clamp: float | None, batch_normalize: bool) -> dict[str, Any]:
         """The ``RolloutCorrectionConfig`` IS fields for the spec's keywords (NotImplementedError where
         verl has no setting)."""
-        fn = "rollout_is_weights"
-        self._choice(fn, "level", level, ("token", "sequence"))
-        self._choice(fn, "seq_stat", seq_stat, ("product", "geometric"))
-        self._choice(fn, "mode", mode, ("none", "truncate", "mask"))
-        if not isinstance(batch_normalize, (bool, np.bool_)):
-            raise io.fail(fn, "batch_normalize", f"expected a bool, got {batch_normalize!r}", TypeError)
+        io.is_keywords("rollout_is_weights", level, seq_stat, mode, batch_normalize)
         if log_ratio_clamp not in (None, self.SAFETY_BOUND):
             raise NotImplementedError(f"verl clamps the log-ratio at SAFETY_BOUND = 20, rollout_corr_helper.py:75, "
                                       f"not at {log_ratio_clamp!r}")
@@ -695,9 +636,8 @@ class VerlAdapter(SubprocessAdapter):
         """``rollout_rs`` and ``rollout_rs_threshold`` for the spec's keywords (NotImplementedError where
         verl has no option)."""
         fn = "rollout_rejection_mask"
-        self._choice(fn, "statistic", statistic, ("ratio", "k1", "k2", "k3"))
-        self._choice(fn, "level", level, ("token", "seq_sum", "seq_mean", "seq_max", "seq_all"))
-        self._choice(fn, "kl_of", kl_of, ("rollout_old", "old_rollout"))
+        io.rejection_keywords(fn, statistic, level)
+        io.choice(fn, "kl_of", kl_of, io.KL_OF)
         if statistic == "ratio":
             raise NotImplementedError("rollout_rs has no ratio option, only k1/k2/k3, rollout_corr_helper.py:77-89; "
                                       "verl's ratio mask is the IS 'lower_upper' threshold of rollout_is_weights")
@@ -738,11 +678,8 @@ class VerlAdapter(SubprocessAdapter):
                    eps_high: float, dual_clip: float | None, behav_cap: float | None, behav_mode: str,
                    upstream: Any = None) -> np.ndarray:
         fn = "decoupled_ppo_token_loss"
-        self._choice(fn, "behav_mode", behav_mode, ("truncate", "mask"))
-        lp = io.float_array(fn, "logp", logp, 2)
-        prox = io.float_array(fn, "prox_logp", prox_logp, 2).astype(lp.dtype)
-        behav = io.float_array(fn, "behav_logp", behav_logp, 2).astype(lp.dtype)
-        m = io.check_mask(fn, mask, lp.shape)
+        io.choice(fn, "behav_mode", behav_mode, ("truncate", "mask"))
+        lp, prox, behav, m = io.token_arrays(fn, mask, logp=logp, prox_logp=prox_logp, behav_logp=behav_logp)
         if behav_cap is None:
             raise NotImplementedError("verl's decoupled IS weight always has a threshold; rollout_is=None applies no weight, "
                                       "rollout_corr_helper.py:854")
@@ -777,17 +714,9 @@ class VerlAdapter(SubprocessAdapter):
         overlong penalty (``dapo.py:119-127``: ``max_resp_len = max_length``, ``overlong_buffer.len = buffer``,
         ``penalty_factor = factor``). verl refuses ``buffer = 0`` (``dapo.py:52-56``): not implemented."""
         fn = "overlong_penalty"
-        L = np.asarray(lengths)
-        if L.dtype.kind not in "iu":
-            raise io.fail(fn, "lengths", f"expected an integer array [B], got dtype {L.dtype}", TypeError)
-        if L.ndim != 1 or (L < 0).any():
-            raise io.fail(fn, "lengths", f"expected 1-D [B] lengths >= 0, got {L.tolist()!r}")
-        for name, value in (("max_length", max_length), ("buffer", buffer)):
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-                raise io.fail(fn, name, f"expected an int, got {type(value).__name__}", TypeError)
-        if max_length < 1 or not 0 <= buffer <= max_length:
-            raise io.fail(fn, "buffer", f"expected 0 <= buffer <= max_length >= 1, got {buffer!r}, {max_length!r}")
-        factor = self._positive(fn, "factor", factor, strict=False)
+        L = io.lengths_array(fn, lengths)
+        io.overlong_limits(fn, max_length, buffer)
+        factor = io.number(fn, "factor", factor)
         if buffer == 0:
             raise NotImplementedError("DAPORewardManager asserts overlong_buffer.len > 0 (workers/reward_manager/dapo.py:52-56)")
         out = self._worker.call("dapo_overlong", {"lengths": L.astype(np.int64)},
@@ -800,12 +729,8 @@ class VerlAdapter(SubprocessAdapter):
 
     def _aggregate(self, token_loss: Any, mask: Any, mode: str, norm_length: float | None, num_tokens: float | None, num_seqs: float | None, upstream: Any = None) -> Any:
         fn = "aggregate"
-        x = io.float_array(fn, "token_loss", token_loss, 2)
-        m = io.check_mask(fn, mask, x.shape)
-        if mode not in io.AGG_MODES:
-            raise io.fail(fn, "mode", f"expected one of {', '.join(io.AGG_MODES)}, got {mode!r}")
-        if mode == "seq_mean_token_sum_norm" and norm_length is None:
-            raise io.fail(fn, "norm_length", "required for mode 'seq_mean_token_sum_norm'")
+        x, m = io.token_arrays(fn, mask, token_loss=token_loss)
+        io.agg_mode(fn, mode, norm_length=norm_length, needs_norm=True)
         params = {
             "loss_agg_mode": io.AGG_MODES[mode],
             "batch_num_tokens": float(m.sum()) if num_tokens is None else float(num_tokens),
@@ -831,10 +756,8 @@ class VerlAdapter(SubprocessAdapter):
         micro-batch loop (``workers/utils/losses.py:57-69``): ``batch_num_tokens`` = valid tokens of
         the mini-batch all-reduced over DP, ``global_batch_size`` = its sequences, ``dp_size``."""
         fn = "micro_batched_loss"
-        xs = [io.float_array(fn, "token_loss_chunks", x, 2) for x in chunks]
-        ms = [io.check_mask(fn, m, x.shape) for x, m in zip(xs, masks)]
-        if mode not in io.AGG_MODES:
-            raise io.fail(fn, "mode", f"expected one of {', '.join(io.AGG_MODES)}, got {mode!r}")
+        xs, ms = io.chunk_arrays(fn, chunks, masks)
+        io.agg_mode(fn, mode)
         params = {
             "loss_agg_mode": io.AGG_MODES[mode],
             "dp_size": int(dp_world_size),

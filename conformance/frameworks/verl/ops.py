@@ -1,9 +1,9 @@
 """verl operations for the subprocess worker (``conformance/frameworks/subprocess_worker.py``).
 
-Runs inside the verl environment (``rlspec frameworks install verl``); imports only torch, NumPy and
-verl. Every op calls the installed verl and returns what verl returns, in verl's conventions
-(response tensors ``[B, R]`` with a ``response_mask``, group ids in ``index``, an ``ActorConfig`` for
-the policy losses). The conversion to spec conventions happens in ``conformance/frameworks/verl/adapter.py``.
+Runs inside the verl environment (``rlspec frameworks install verl``); imports only torch, NumPy, verl
+and ``shared_ops.py`` (the worker loads it). Every op calls the installed verl and returns what verl
+returns, in verl's conventions (response tensors ``[B, R]`` with a ``response_mask``, group ids in
+``index``, an ``ActorConfig`` for the policy losses). The conversion to spec conventions happens in ``conformance/frameworks/verl/adapter.py``.
 
 What is called (verl 0.9.1, paths relative to the package root ``verl/``; line numbers as in
 peer-conventions.md, which match 0.9.1 up to about line 1600):
@@ -52,7 +52,7 @@ torch.nonzero(candidates)`` (:1820, the candidates in row-major order) and ``per
 torch.randperm(len(top_k_idx))`` (:1823): a random draw. The spec takes the draw as an input
 (``clip_cov_mask``'s ``draws``: the candidates with the smallest draws are cut, equal draws in row-major
 order). Given ``clip_cov_draws`` ``[B, R]``, the op makes verl's draw that one for the duration of the
-call (:func:`clip_cov_draws`): ``torch.nonzero`` is wrapped to remember the last ``[K, 2]`` index list it
+call (``clip_cov_draws``, ``conformance/frameworks/shared_ops.py``): ``torch.nonzero`` is wrapped to remember the last ``[K, 2]`` index list it
 returned (verl's candidate list), and ``torch.randperm(K)`` returns the stable argsort of the draws at
 those K positions (it refuses a K that is not that list's length), so ``perm[:n]`` are the candidates of
 smallest draw, ties to the earlier one: exactly the spec's rule, applied to verl's own candidate list and
@@ -75,6 +75,7 @@ def load() -> dict[str, Any]:
     import verl.trainer.ppo.core_algos as core_algos
     import verl.trainer.ppo.rollout_corr_helper as rollout_corr
     import verl.utils.torch_functional as verl_F
+    from rlspec_shared_ops import clip_cov_draws
     from verl.protocol import DataProto
     from verl.trainer.config.algorithm import AlgoConfig, RolloutCorrectionConfig
     from verl.workers.config import ActorConfig
@@ -96,36 +97,6 @@ def load() -> dict[str, Any]:
             yield seen
         finally:
             core_algos.agg_loss = real
-
-    @contextlib.contextmanager
-    def clip_cov_draws(draws: Any):
-        """Clip-Cov's ``torch.randperm`` over the candidates returns their order by ``draws`` (see the
-        module docstring); ``seen["corr"]`` is verl's ``corr``."""
-        seen: dict[str, Any] = {}
-        real = (torch.nonzero, torch.randperm, torch.ones_like)
-
-        def nonzero(*args: Any, **kwargs: Any) -> Any:
-            out = real[0](*args, **kwargs)
-            if isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[1] == 2:
-                seen["candidates"] = out
-            return out
-
-        def randperm(n: int, *args: Any, **kwargs: Any) -> Any:
-            idx = seen.get("candidates")
-            if idx is None or len(idx) != n:
-                raise RuntimeError(f"torch.randperm({n}) called without a candidate list of {n} from torch.nonzero")
-            return torch.sort(draws[idx[:, 0], idx[:, 1]], stable=True).indices
-
-        def ones_like(*args: Any, **kwargs: Any) -> Any:
-            out = real[2](*args, **kwargs)
-            seen.setdefault("corr", out)
-            return out
-
-        torch.nonzero, torch.randperm, torch.ones_like = nonzero, randperm, ones_like
-        try:
-            yield seen
-        finally:
-            torch.nonzero, torch.randperm, torch.ones_like = real
 
     def agg_loss(t: dict[str, Any], *, loss_agg_mode: str, dp_size: int = 1, batch_num_tokens: Any = None,
                  global_batch_size: Any = None, loss_scale_factor: Any = None) -> dict[str, Any]:
@@ -162,7 +133,7 @@ def load() -> dict[str, Any]:
         fn = core_algos.get_policy_loss_fn(name)
         kwargs = {} if weights is None else {"rollout_is_weights": weights}
         draws = t.get("clip_cov_draws")
-        with record_agg_loss() as seen, (clip_cov_draws(draws) if draws is not None else contextlib.nullcontext({})) as cut:
+        with record_agg_loss() as seen, clip_cov_draws(draws) as cut:
             loss, metrics = fn(old_log_prob=t["old_log_prob"], log_prob=t["log_prob"], advantages=t["advantages"],
                                response_mask=response_mask, loss_agg_mode=loss_agg_mode, config=cfg, **kwargs)
         out = {"loss": loss, "metrics": {k: float(v) for k, v in metrics.items()},
