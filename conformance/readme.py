@@ -95,19 +95,19 @@ def command_table() -> str:
     return "\n".join(lines)
 
 
+def _framework_columns() -> list:
+    """Every framework folder's committed report (conformance/reports/<name>.json) as a site column."""
+    from conformance.site.matrix import framework_columns
+
+    return framework_columns(README.parent / "conformance" / "reports", frameworks.names())
+
+
 def frameworks_table() -> str:
     """One row per core-API quantity, one column per framework report in conformance/reports/."""
-    import json
-
-    reports_dir = README.parent / "conformance" / "reports"
-    columns: list[tuple[str, dict[str, dict]]] = []
-    for name in frameworks.names():
-        path = reports_dir / f"{name}.json"
-        if path.exists():
-            data = json.loads(path.read_text())
-            version = next((a["version"] for a in data["adapters"] if a["name"] == name), "?")
-            rows = {c["function"]: {**c, "framework": name} for c in data["checks"] if c["id"] == f"{c['function']}@{name}"}
-            columns.append((f"{name} {version}", rows))
+    columns: list[tuple[str, dict[str, dict]]] = [
+        (c.header, {r["function"]: {**r, "framework": c.name} for r in c.rows if r["id"] == f"{r['function']}@{c.name}"})
+        for c in _framework_columns() if c.status == "ok"
+    ]
     lines = ["| spec id | function | " + " | ".join(c for c, _ in columns) + " |", "|---|---|" + "---|" * len(columns)]
     for q in REGISTRY:
         cells = []
@@ -170,23 +170,19 @@ def spec_summary() -> str:
 
 def frameworks_summary() -> str:
     """Per framework report: version and the count of every row status (framework rows included)."""
-    import json
+    from conformance.site.matrix import status_counts
 
     statuses = ("pass", "preset", "variant", "fail", "error", "not_implemented")
     lines = ["| framework | version | rows | " + " | ".join(s.replace("_", " ") for s in statuses)
              + " | precision findings |", "|---|---|---|" + "---|" * (len(statuses) + 1)]
-    for name in frameworks.names():
-        path = README.parent / "conformance" / "reports" / f"{name}.json"
-        if not path.exists():
-            lines.append(f"| {name} | not installed (`rlspec frameworks install {name}`) |" + " |" * (len(statuses) + 2))
+    for c in _framework_columns():
+        if c.status != "ok":
+            lines.append(f"| {c.name} | not installed (`rlspec frameworks install {c.name}`) |" + " |" * (len(statuses) + 2))
             continue
-        data = json.loads(path.read_text())
-        version = next((a["version"] for a in data["adapters"] if a["name"] == name), "?")
-        checks = data["checks"]
-        counts = [sum(c["status"] == s for c in checks) for s in statuses]
-        findings = sum(len(c.get("precision_findings") or []) for c in checks)
-        cells = [str(n) if s not in ("fail", "error") or not n else f"**{n}**" for s, n in zip(statuses, counts)]
-        lines.append(f"| [{name}](conformance/reports/{name}.md) | {version} | {len(checks)} | " + " | ".join(cells)
+        counts = status_counts(c.rows)
+        findings = sum(len(r.get("precision_findings") or []) for r in c.rows)
+        cells = [f"**{counts[s]}**" if s in ("fail", "error") and counts[s] else str(counts[s]) for s in statuses]
+        lines.append(f"| [{c.name}](conformance/reports/{c.name}.md) | {c.version} | {len(c.rows)} | " + " | ".join(cells)
                      + f" | {findings} |")
     return "\n".join(lines)
 

@@ -192,6 +192,11 @@ def _first_line(message: str) -> str:
     return ""
 
 
+def status_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many report rows have each status (every status of suite.STATUSES, 0 included)."""
+    return {s: sum(r["status"] == s for r in rows) for s in STATUSES}
+
+
 def summary_table(columns: list[Column], links: Links) -> str:
     """Per column: version, rows, the count of every status and the precision findings."""
     statuses = tuple(STATUSES)
@@ -205,7 +210,7 @@ def summary_table(columns: list[Column], links: Links) -> str:
                        f"{esc(c.status.replace('_', ' '))}: {message_html(c.message)}</td></tr>")
             continue
         counts = "".join(f'<td class="num{" s-" + s if s in ("fail", "error") and n else ""}">{n}</td>'
-                         for s in statuses for n in [sum(r["status"] == s for r in c.rows)])
+                         for s, n in status_counts(c.rows).items())
         findings = sum(len(r.get("precision_findings") or []) for r in c.rows)
         made = esc(c.run.get("created", ""))
         out.append(f"<tr><td>{name}</td><td>{esc(c.version)}</td><td class=\"num\">{len(c.rows)}</td>{counts}"
