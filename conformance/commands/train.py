@@ -121,7 +121,8 @@ def _init_distributed() -> bool:
 
 
 def _close_distributed(clean: bool) -> None:
-    """Tear the process group down. After a clean run every rank first meets at a barrier: a gloo rank
+    """Tear the process group down. Unless an exception is propagating (``clean`` False: a peer may never
+    reach it), every rank first meets at a barrier, also after the handled errors that return 1 or 2: a gloo rank
     that destroys its group while a peer still has a collective in flight aborts the whole job
     ("terminate called without an active exception", seen in CI about one run in six)."""
     import torch.distributed as dist
