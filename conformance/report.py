@@ -183,6 +183,9 @@ def summary(report: Report) -> str:
     n_precision = sum(len(r.precision_findings) for r in report.rows)
     counted = sorted({k for r in report.rows for k in row_findings(r) & set(report.fail_on)})
     verdict = "findings: " + ", ".join(counted) if counted else "no findings"
+    unloaded = [a.ref or a.name for a in report.adapters if a.status != "ok"]
+    if unloaded:  # not checked at all: never read as a clean run
+        verdict += f"; not checked (not loaded): {', '.join(unloaded)}"
     return (
         f"{counts['pass']} pass, {counts['preset']} preset, {counts['variant']} variant, {counts['fail']} fail, "
         f"{counts['error']} error, {counts['not_implemented']} not implemented; {n_precision} precision finding(s) "

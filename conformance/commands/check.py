@@ -198,15 +198,18 @@ def run_report(adapter_names: list[Any], records: list[QuantityInfo], *, seed: i
 
         for adapter in adapters:
             report.rows += partition_rows(adapter, seed=seed, timeout=timeout)
-    for adapter in adapters:
-        report.rows += framework_rows(adapter, records, seed=seed, timeout=timeout)
+    for adapter, ref in zip(adapters, refs):
+        report.rows += framework_rows(adapter, records, seed=seed, timeout=timeout, ref=ref)
     report.seconds = time.perf_counter() - start
     return report
 
 
-def framework_rows(adapter: Any, records: list[QuantityInfo], *, seed: int, timeout: float) -> list[RowResult]:
+def framework_rows(adapter: Any, records: list[QuantityInfo], *, seed: int, timeout: float,
+                   ref: str | None = None) -> list[RowResult]:
     """Rows an adapter defines itself (`extra_rows(seed)`: e.g. every TRL loss_type), kept when
-    their spec id matches a selected record's (or any, when nothing was filtered)."""
+    their spec id matches a selected record's (or any, when nothing was filtered). A failing row
+    without its own reproduce line gets `rlspec repro --row ID --adapter REF --seed SEED`, which
+    re-runs the adapter's extra rows and shows that one."""
     extra = getattr(adapter, "extra_rows", None)
     if extra is None:
         return []
@@ -227,7 +230,22 @@ def framework_rows(adapter: Any, records: list[QuantityInfo], *, seed: int, time
         return [head]
     selected = {r.spec_id.split(".")[0] for r in records}
     everything = len(records) == len(selected_records(None))
-    return [r for r in box["rows"] if everything or r.spec_id.split(".")[0] in selected]
+    kept = [r for r in box["rows"] if everything or r.spec_id.split(".")[0] in selected]
+    for r in kept:
+        line = row_repro(r.id, ref or adapter.name, seed)
+        if r.status in ("fail", "error") and not r.reproduce:
+            r.reproduce = line
+            r.message = f"{r.message}\nReproduce: {r.reproduce}"
+        for finding in r.precision_findings:
+            finding["reproduce"] = finding.get("reproduce") or line
+    return kept
+
+
+def row_repro(row_id: str, ref: str, seed: int) -> str:
+    """The command that re-runs the framework row ``row_id`` of the adapter ``ref``."""
+    import shlex
+
+    return f"rlspec repro --row {shlex.quote(row_id)} --adapter {shlex.quote(ref)} --seed {seed}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,9 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Re-run one comparison of `rlspec check` from the line it printed after "
         "'Reproduce:'. Exit 0 when it passes, 1 when it fails or errors, 2 when it cannot run.",
     )
-    p.add_argument("function", choices=sorted(BY_FUNCTION))
-    where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--seed", type=int, help="seed of the property case")
+    p.add_argument("function", nargs="?", choices=sorted(BY_FUNCTION), help="the spec function (not with --row)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--seed", type=int, help="seed of the property case (with --row: the base seed of the adapter's rows, "
+                       "default 0)")
     where.add_argument("--vector", metavar="ID", help="golden vector id, e.g. gae/multi-turn-gap-discount")
     p.add_argument("--dtype", default="float64", choices=list(PRECISIONS))
     p.add_argument("--adapter", default="refimpl", help="built-in name, entry point or module:attribute")
@@ -42,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", choices=[*PRECISIONS, BELOW],
                    help="judge at this precision class's tolerance (default: the input dtype's)")
     p.add_argument("--show-inputs", action="store_true", help="print the input arrays")
+    p.add_argument("--row", metavar="ID",
+                   help="re-run a framework-specific row (the adapter's extra_rows, its id in the report) and show it, "
+                        "e.g. 'verl.compute_rollout_rejection_mask[token_k1,0.5_5.0]'")
     p.set_defaults(func=run)
 
 
@@ -68,8 +72,47 @@ def _golden_case(record: QuantityInfo, vector_id: str) -> cases.Case:
     return found[0]
 
 
+def _invariants_of(record: QuantityInfo) -> list[str]:
+    """The invariants `rlspec check` runs for the record (`suite._trials`; detached for torch adapters)."""
+    found = [name for name in ("mask", "on_policy", "partition") if name in record.invariants]
+    return found + (["detached"] if record.stop_grad_args else [])
+
+
+def run_row(args: argparse.Namespace) -> int:
+    """`--row ID`: the adapter's framework-specific rows at the seed, and the one with that id."""
+    if args.function or args.vector or args.invariant or args.kw or args.oracle_kw or args.precision:
+        raise BrokenRun("--row: give only --adapter and --seed with it (a framework row fixes its own case)")
+    try:
+        adapter = load_adapter(args.adapter)
+    except AdapterLoadError as exc:
+        raise BrokenRun(f"{exc}") from None
+    extra = getattr(adapter, "extra_rows", None)
+    if extra is None:
+        raise BrokenRun(f"--row: adapter {args.adapter!r} defines no framework-specific rows (extra_rows)")
+    rows = extra(0 if args.seed is None else args.seed)
+    found = [r for r in rows if r.id == args.row]
+    if not found:
+        raise BrokenRun(f"--row {args.row!r}: no such row among the {len(rows)} framework rows of {args.adapter!r}")
+    row = found[0]
+    print(f"{row.id} @ {row.adapter} ({row.spec_id})")
+    print(row.message)
+    for finding in row.precision_findings:
+        print(f"precision finding: {finding['message']}")
+    print(f"status: {row.status}")
+    return 1 if row.status in ("fail", "error") else 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.row is not None:
+        return run_row(args)
+    if args.function is None:
+        raise BrokenRun("rlspec repro: give a spec function (see `rlspec list`) or --row ID")
+    if args.seed is None and args.vector is None:
+        raise BrokenRun("rlspec repro: give --seed N (a property case) or --vector ID (a golden vector)")
     record = BY_FUNCTION[args.function]
+    if args.invariant and args.invariant not in _invariants_of(record):
+        raise BrokenRun(f"--invariant {args.invariant}: rlspec check runs no such check for {record.function} "
+                        f"(its invariants: {', '.join(_invariants_of(record)) or 'none'})")
     try:
         adapter = load_adapter(args.adapter)
     except AdapterLoadError as exc:

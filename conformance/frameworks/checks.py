@@ -111,6 +111,12 @@ def fixed_row(view: Any, function: str, *, row_id: str, fixed: dict[str, Any], s
     record = BY_FUNCTION[function]
     row = check_row(record, view, seeds=seeds_for(row_id, seed, n_seeds), golden=_golden(function), fixed=fixed,
                     prefer=view.name, skip=skip, row_id=row_id)
+    # check_row's reproduce lines name the adapter's own `function`, which is not the framework callable this
+    # view checks: drop them; `rlspec check` gives the row `rlspec repro --row <row_id>` instead
+    row.reproduce = ""
+    row.message = "\n".join(line for line in row.message.split("\n") if not line.startswith("Reproduce: "))
+    for finding in row.precision_findings:
+        finding["reproduce"] = ""
     row.message = "\n".join(x for x in (row.message, note) if x)
     row.seconds = time.perf_counter() - t0
     return row

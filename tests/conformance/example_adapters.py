@@ -150,3 +150,25 @@ def _pg_nonzero_at_masked(logp, advantages, mask):
 def nonzero_at_masked() -> types.SimpleNamespace:
     """pg_token_loss leaves 1e-3 at masked positions: every wrong element expects exactly 0."""
     return _base("nonzero_at_masked", pg_token_loss=_pg_nonzero_at_masked)
+
+
+def with_framework_row() -> types.SimpleNamespace:
+    """GRPO advantages (correct) and one framework-specific row (``extra_rows``) whose loss is the sum
+    where the canonical composition is the token mean: a FAIL that only ``rlspec repro --row`` re-runs."""
+    from conformance.frameworks.checks import Candidate, composition_row, loss_tolerances
+
+    def extra_rows(seed: int) -> list:
+        rng = np.random.default_rng(seed)
+        ell = rng.normal(size=(2, 4))
+        mask = np.array([[False, True, True, False], [False, True, True, True]])
+
+        def got() -> dict:
+            return {"value": float(ell[mask].sum())}
+
+        canonical = Candidate("canonical", "aggregate(ell, mask, mode='token_mean')",
+                              lambda: {"value": oracle.aggregate(ell, mask, mode="token_mean")})
+        return [composition_row("with_framework_row.loss[sum]", "agg", "aggregate", adapter, got, [canonical],
+                                loss_tolerances("float64"), seed=seed)]
+
+    adapter = _base("with_framework_row", grpo_advantages=refimpl.grpo_advantages, extra_rows=extra_rows)
+    return adapter

@@ -63,3 +63,34 @@ def test_readme_is_a_five_minute_read():
     text = readme.README.read_text()
     assert len(text.splitlines()) <= 300
     assert text.index("## Two commands") < text.index("<!-- example: adapter -->") < text.index("## The frameworks under test")
+
+
+def test_the_documented_statuses_are_the_ones_the_table_shows():
+    """Issue [11]: the table once showed a status ("variant") that the documented list lacked. Every
+    status a table cell can show is in api.md's verdicts table, in docs/checking.md's list and in the
+    README's per-framework summary, and nothing else is."""
+    from conformance.report import FINDING_DESCRIPTIONS, cell
+    from conformance.suite import STATUSES, RowResult
+
+    def row(status: str, **kw) -> RowResult:
+        return RowResult(id="f@a", spec_id="x.y", function="f", adapter="a", status=status, matched_preset="p", **kw)
+
+    labels = {s: cell(row(s)) for s in STATUSES}  # a status the cell cannot render raises KeyError
+    with pytest.raises(KeyError):
+        cell(row("partial"))
+    assert "(precision, partial)" in cell(row("pass", precision_findings=[{}], not_implemented_cases=["k=1"]))
+
+    api = readme.API.read_text()
+    verdicts = api[api.index("<!-- BEGIN GENERATED: verdicts -->"):api.index("<!-- END GENERATED: verdicts -->")]
+    assert set(re.findall(r"^\| `(\w+)` \|", verdicts, re.MULTILINE)) == set(STATUSES) | set(FINDING_DESCRIPTIONS)
+
+    checking = (readme.DOCS / "checking.md").read_text()
+    listed = re.search(r"- \*\*(pass / .*?)\*\*", checking).group(1)
+    assert [w.strip().split()[0] for w in listed.split("/")] == [labels[s].split()[0] for s in STATUSES]
+    for kind in FINDING_DESCRIPTIONS:
+        assert f"**{kind}**" in checking
+
+    summary = readme.README.read_text().split("<!-- BEGIN GENERATED: frameworks-summary -->")[1].splitlines()[1]
+    columns = [c.strip() for c in summary.strip("|").split("|")]
+    assert [s.replace("_", " ") for s in STATUSES] == columns[3:3 + len(STATUSES)]
+    assert "precision findings" in columns

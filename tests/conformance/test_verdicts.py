@@ -179,6 +179,7 @@ FAILING = [
     (f"{PRECISION}:bf16_softmax", "logprob.token", "--dtype bfloat16"),  # a precision finding
     (f"{PRECISION}:float32_clamped_kl", "kl.estimator", "--oracle-kw clamp=10.0"),  # under a preset's keywords
     ("conformance.mutants.ppo_ratio_overflow_nan:MUTANT.adapter", "loss.ppo", "--invariant mask"),  # an invariant
+    (f"{EXAMPLES}:with_framework_row", "agg", "--row 'with_framework_row.loss[sum]'"),  # a framework-specific row
 ]
 
 
@@ -210,6 +211,16 @@ def test_every_reproduce_line_reruns_the_same_failure(failing_report, capsys):
         assert "status: fail" in out, (line, out)
 
 
+def test_repro_row_is_a_usage_error_for_an_unknown_row_or_extra_arguments(capsys):
+    assert main(["repro", "--row", "nope", "--adapter", f"{EXAMPLES}:with_framework_row"]) == 2
+    assert "no such row among the 1 framework rows" in capsys.readouterr().err
+    assert main(["repro", "aggregate", "--row", "with_framework_row.loss[sum]", "--adapter",
+                 f"{EXAMPLES}:with_framework_row"]) == 2
+    assert main(["repro", "--row", "x", "--adapter", f"{EXAMPLES}:partial"]) == 2
+    assert "defines no framework-specific rows" in capsys.readouterr().err
+    assert main(["repro", "aggregate"]) == 2  # neither --seed nor --vector
+
+
 # ---------------------------------------------------------------------------------------------
 # exit codes a CI job can trust
 # ---------------------------------------------------------------------------------------------
@@ -229,6 +240,7 @@ def rlspec(*argv: str) -> subprocess.CompletedProcess:
     (["check", "--adapter", "refimpl", "--fail-on", "fail,bogus"], "unknown finding kind"),
     (["repro", "gae", "--vector", "gae/no-such-vector", "--adapter", "refimpl"], "no golden vector"),
     (["repro", "gae", "--seed", "1", "--kw", "gamma"], "expected NAME=VALUE"),
+    (["repro", "ppo_token_loss", "--seed", "1", "--invariant", "detached"], "runs no such check"),
 ])
 def test_a_broken_run_exits_2_with_one_line_and_no_traceback(argv, reason):
     run = rlspec(*argv, "--no-progress") if argv[0] == "check" else rlspec(*argv)
