@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "conformance.commands.frameworks",
     "conformance.commands.bench",
     "conformance.commands.train",
+    "conformance.commands.async_study",
     "conformance.commands.e2e",
     "conformance.commands.site",
 )

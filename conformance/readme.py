@@ -207,7 +207,20 @@ def bench_table(name: str) -> Callable[[], str]:
     return table
 
 
+def async_study_table() -> str:
+    """The table of the committed `rlspec async-study` results (conformance/reports/async_study.json)."""
+    import json
+
+    from conformance.experiments.async_study import render_table
+
+    path = README.parent / "conformance" / "reports" / "async_study.json"
+    if not path.exists():
+        return f"(not run yet: `rlspec async-study --json {path.relative_to(README.parent)} --plot ...`)"
+    return render_table(json.loads(path.read_text()))
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "async-study": async_study_table,
     "bench-cpu": bench_table("cpu"),
     "bench-gpu": bench_table("gpu"),
     "frameworks": frameworks_table,

@@ -16,6 +16,15 @@ update it checks, on exactly the batch and tensors the trainer used (float32 inp
 - ``clip`` (loss ppo): the clip masks equal ``oracle.ppo_clipped_mask``;
 - ``advantages`` (first update of each step): GRPO / RLOO / REINFORCE from every rank's rewards, or
   PPO's per-token rewards, GAE and whitening, against the oracle;
+- ``counts``: the update's global token and sequence counts are those of the tokens the loss keeps
+  (single process: every micro-batch's mask, minus the rejected tokens), so a rejected token can not
+  stay in the denominator;
+- asynchronous mode (``rlspec train --async``): ``staleness`` (every row sampled with a version ``v``,
+  ``0 <= step - v <= max_staleness``) and ``behav_logp`` (finite, <= 0 at valid tokens, 0 elsewhere) on
+  the first update of each step; ``is_weights`` / ``keep`` (the correction's constant weights and
+  rejection mask against ``oracle.rollout_is_weights`` / ``rollout_rejection_mask`` of the recorded
+  old and behaviour log-probs) and the ``loss`` / ``grad[logp]`` of the configured correction
+  (``oracle.corrected_policy_loss`` or ``oracle.decoupled_ppo_token_loss``, with their ``_grad``);
 - ``identities``: on the first minibatch of the first epoch of every step the current log-probs equal
   the old ones bit for bit (ratio exactly 1, clip fraction 0); at step 0 they also equal the reference
   log-probs bit for bit (KL to the reference exactly 0).
@@ -40,6 +49,9 @@ from conformance.suite import RowResult
 from conformance.tolerances import Tol, tolerance
 
 EXACT = Tol(rtol=0.0, atol=0.0, reason="bitwise identity")
+# A keep / mask-out decision whose ratio lies within this relative band of a bound may go either way
+# between the float32 trainer and the float64 oracle (the ratio itself carries float32 rounding).
+BOUND_BAND = 1e-5
 
 
 class VerificationError(AssertionError):
@@ -174,10 +186,10 @@ class TrainerVerifier:
         cfg = rec.config
         step, world = rec.step, rec.world_size
         tau = cfg.temperature
-        agg_kw = dict(mode=cfg.agg, norm_length=cfg.norm_length, num_tokens=rec.num_tokens, num_seqs=rec.num_seqs)
         W = _np(rec.weight)
         if rec.rollout is not None:
             self._check_rollout(rec)
+        counted_tokens = 0
         for i, mb in enumerate(rec.micro):
             where = f"step {step} update {rec.update} micro-batch {i} (rows {mb.rows[0]}-{mb.rows[1]})"
             ids = mb.input_ids.numpy()
@@ -213,36 +225,21 @@ class TrainerVerifier:
                 H = _np(mb.entropy)
             # --- the objective and its gradient w.r.t. logp -----------------------------------
             old, ref, A = _np(mb.old_logp), _np(mb.ref_logp), _np(mb.advantages)
-            pol, pol_vjp, spec = _policy_piece(cfg, lp, old, A, m)
-            ell = pol
-            vjps = [pol_vjp]
-            spec_ids = [spec]
-            if cfg.kl_coef:
-                kl = oracle.kl_penalty(lp, ref, m, estimator=cfg.kl_estimator)
-                ell = ell + cfg.kl_coef * kl
-                vjps.append(lambda u: cfg.kl_coef * oracle.kl_penalty_grad(lp, ref, m, u, estimator=cfg.kl_estimator))
-                spec_ids.append("kl.estimator")
-            if cfg.entropy_coef:
-                ell = ell - cfg.entropy_coef * H
-                spec_ids.append("logprob.entropy")
-            spec_ids.append("agg")
-            loss_spec = "+".join(spec_ids)
-            exp_loss = oracle.aggregate(ell, m, **agg_kw) * world
-            self._record(step, "loss", loss_spec,
-                         _compare(mb.policy_loss, exp_loss, tolerance("agg", "float32", "value"), "loss"), where)
-            u = oracle.aggregate_grad(ell, m, float(world), **agg_kw)
-            exp_g = sum(v(u) for v in vjps)
-            self._record(step, "grad[logp]", loss_spec,
-                         _compare(_np(mb.grad_logp), exp_g, tolerance(spec, "float32", "grad"), "grad[logp]"), where)
+            if cfg.correction == "none":
+                self._check_objective(rec, mb, where, lp, old, ref, A, H, m)
+                counted = m
+            else:
+                counted = self._check_corrected(rec, mb, where, lp, old, ref, A, H, m)
+            counted_tokens += int(counted.sum())
             # --- value loss (PPO) ----------------------------------------------------------------
             if mb.values is not None:
                 V, Vo, R = _np(mb.values), _np(mb.old_values), _np(mb.returns)
                 vkw = dict(mode=cfg.value_agg, norm_length=cfg.norm_length, num_tokens=rec.num_tokens, num_seqs=rec.num_seqs)
                 vt = oracle.value_token_loss(V, Vo, R, m, clip=cfg.value_clip)
                 self._record(step, "value", "loss.value+agg",
-                             _compare(mb.value_loss, oracle.aggregate(vt, m, **vkw) * world,
+                             _compare(mb.value_loss, oracle.aggregate(vt, counted, **vkw) * world,
                                       tolerance("agg", "float32", "value"), "value loss"), where)
-                uv = oracle.aggregate_grad(vt, m, float(world) * cfg.vf_coef, **vkw)
+                uv = oracle.aggregate_grad(vt, counted, float(world) * cfg.vf_coef, **vkw)
                 gv = oracle.value_token_loss_grad(V, Vo, R, m, uv, clip=cfg.value_clip)
                 self._record(step, "grad[values]", "loss.value+agg",
                              _compare(_np(mb.grad_values), gv, tolerance("loss.value", "float32", "grad"), "grad[values]"), where)
@@ -271,6 +268,121 @@ class TrainerVerifier:
                     if np.any(kl != 0.0):
                         problems.append(f"step 0: KL({cfg.kl_estimator}) to the reference is {float(np.abs(kl).max()):.3g}, not exactly 0")
                 self._record(step, "identities", "invariant:on_policy", None, where, "; ".join(problems) or None)
+
+        # --- the update's counts: the tokens the loss keeps, every row ------------------------------
+        if world == 1:
+            rows = sum(mb.rows[1] - mb.rows[0] for mb in rec.micro)
+            problems = []
+            if rec.num_tokens != counted_tokens:
+                problems.append(f"num_tokens {rec.num_tokens:g} != {counted_tokens} tokens the loss keeps in the update's "
+                                "micro-batches (a rejected token left in the denominator?)")
+            if rec.num_seqs != rows:
+                problems.append(f"num_seqs {rec.num_seqs:g} != the update's {rows} rows")
+            self._record(step, "counts", "agg", None, f"step {step} update {rec.update}", "; ".join(problems) or None)
+
+    def _check_objective(self, rec: Any, mb: Any, where: str, lp: np.ndarray, old: np.ndarray, ref: np.ndarray,
+                         A: np.ndarray, H: np.ndarray, m: np.ndarray) -> None:
+        """The synchronous objective (policy loss + KL + entropy, aggregated) and d/d logp."""
+        cfg, step, world = rec.config, rec.step, rec.world_size
+        agg_kw = dict(mode=cfg.agg, norm_length=cfg.norm_length, num_tokens=rec.num_tokens, num_seqs=rec.num_seqs)
+        pol, pol_vjp, spec = _policy_piece(cfg, lp, old, A, m)
+        ell = pol
+        vjps = [pol_vjp]
+        spec_ids = [spec]
+        if cfg.kl_coef:
+            kl = oracle.kl_penalty(lp, ref, m, estimator=cfg.kl_estimator)
+            ell = ell + cfg.kl_coef * kl
+            vjps.append(lambda u: cfg.kl_coef * oracle.kl_penalty_grad(lp, ref, m, u, estimator=cfg.kl_estimator))
+            spec_ids.append("kl.estimator")
+        if cfg.entropy_coef:
+            ell = ell - cfg.entropy_coef * H
+            spec_ids.append("logprob.entropy")
+        spec_ids.append("agg")
+        loss_spec = "+".join(spec_ids)
+        exp_loss = oracle.aggregate(ell, m, **agg_kw) * world
+        self._record(step, "loss", loss_spec,
+                     _compare(mb.policy_loss, exp_loss, tolerance("agg", "float32", "value"), "loss"), where)
+        u = oracle.aggregate_grad(ell, m, float(world), **agg_kw)
+        exp_g = sum(v(u) for v in vjps)
+        self._record(step, "grad[logp]", loss_spec,
+                     _compare(_np(mb.grad_logp), exp_g, tolerance(spec, "float32", "grad"), "grad[logp]"), where)
+
+    def _check_corrected(self, rec: Any, mb: Any, where: str, lp: np.ndarray, old: np.ndarray, ref: np.ndarray,
+                         A: np.ndarray, H: np.ndarray, m: np.ndarray) -> np.ndarray:
+        """Asynchronous mode with a correction: its weights and keep mask, then the loss and d/d logp.
+        Returns the tokens the loss counts (the mask minus the rejected ones)."""
+        cfg, step, world = rec.config, rec.step, rec.world_size
+        agg_kw = dict(mode=cfg.agg, norm_length=cfg.norm_length, num_tokens=rec.num_tokens, num_seqs=rec.num_seqs)
+        if mb.behav_logp is None:
+            self._record(step, "loss", "offpolicy", None, where, f"correction {cfg.correction!r} but no behaviour log-probs recorded")
+            return m
+        behav = _np(mb.behav_logp)
+        ppo_kw = dict(eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip)
+        if cfg.correction == "decoupled":
+            dkw = dict(behav_cap=cfg.behav_cap, **ppo_kw)
+            ell = oracle.decoupled_ppo_token_loss(lp, old, behav, A, m, **dkw)
+            if cfg.kl_coef:
+                ell = ell + cfg.kl_coef * oracle.kl_penalty(lp, ref, m, estimator=cfg.kl_estimator)
+            if cfg.entropy_coef:
+                ell = ell - cfg.entropy_coef * H
+            spec = "offpolicy.decoupled_ppo+kl.estimator+agg"
+            self._record(step, "loss", spec, _compare(mb.policy_loss, oracle.aggregate(ell, m, **agg_kw) * world,
+                                                      tolerance("agg", "float32", "value"), "loss"), where)
+            u = oracle.aggregate_grad(ell, m, float(world), **agg_kw)
+            g = oracle.decoupled_ppo_token_loss_grad(lp, old, behav, A, m, u, **dkw)
+            if cfg.kl_coef:
+                g = g + cfg.kl_coef * oracle.kl_penalty_grad(lp, ref, m, u, estimator=cfg.kl_estimator)
+            self._record(step, "grad[logp]", spec, _compare(_np(mb.grad_logp), g, tolerance(
+                "offpolicy.decoupled_ppo", "float32", "grad"), "grad[logp]"), where)
+            return m
+        w, keep = self._expected_correction(rec, mb, where, old, behav, m)
+        ckw = dict(kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, rejected="drop", **ppo_kw, **agg_kw)
+        counted = m & keep
+        exp_loss = oracle.corrected_policy_loss(lp, old, ref, A, w, keep, m, **ckw) * world
+        if cfg.entropy_coef:
+            exp_loss = exp_loss + oracle.aggregate(-cfg.entropy_coef * H, counted, **agg_kw) * world
+        spec = "offpolicy.loss" + ("+logprob.entropy" if cfg.entropy_coef else "")
+        self._record(step, "loss", spec, _compare(mb.policy_loss, exp_loss, tolerance("agg", "float32", "value"), "loss"),
+                     where)
+        g = oracle.corrected_policy_loss_grad(lp, old, ref, A, w, keep, m, float(world), **ckw)
+        self._record(step, "grad[logp]", spec, _compare(_np(mb.grad_logp), g, tolerance("offpolicy.loss", "float32", "grad"),
+                                                        "grad[logp]"), where)
+        return counted
+
+    def _expected_correction(self, rec: Any, mb: Any, where: str, old: np.ndarray, behav: np.ndarray,
+                             m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The oracle's weights and keep mask of the configured correction, checked against the trainer's.
+        A decision whose ratio lies within BOUND_BAND of a bound is accepted either way (the oracle is
+        evaluated with the bounds narrowed and widened by the band; the trainer's must lie between)."""
+        cfg, step = rec.config, rec.step
+        lo, hi = cfg.correction_low, cfg.correction_high
+
+        def bounds(sign: int) -> tuple[float | None, float]:
+            f = 1.0 + sign * BOUND_BAND
+            return (None if lo is None else lo / f), hi * f
+
+        got_w, got_keep = _np(mb.is_weights), mb.keep.numpy().astype(bool)
+        if cfg.correction == "rejection":
+            kw = dict(statistic="ratio", level=cfg.rejection_level)
+            narrow = oracle.rollout_rejection_mask(old, behav, m, lo=bounds(-1)[0], hi=bounds(-1)[1], **kw)
+            wide = oracle.rollout_rejection_mask(old, behav, m, lo=bounds(1)[0], hi=bounds(1)[1], **kw)
+            keep = np.where(narrow == wide, narrow, got_keep)
+            self._record(step, "keep", "offpolicy.rejection", _compare(got_keep, keep, EXACT, "keep"), where)
+            w = np.where(m, 1.0, 0.0)
+            self._record(step, "is_weights", "offpolicy.rejection", _compare(got_w, w, EXACT, "is_weights"), where)
+            return w, keep
+        kw = {"tis_token": dict(level="token", mode="truncate"), "tis_sequence": dict(level="sequence", mode="truncate"),
+              "mis_token": dict(level="token", mode="mask")}[cfg.correction]
+        w = oracle.rollout_is_weights(old, behav, m, lo=lo, hi=hi, **kw)
+        if kw["mode"] == "mask":  # a ratio on a bound may be kept or zeroed
+            narrow = oracle.rollout_is_weights(old, behav, m, lo=bounds(-1)[0], hi=bounds(-1)[1], **kw)
+            wide = oracle.rollout_is_weights(old, behav, m, lo=bounds(1)[0], hi=bounds(1)[1], **kw)
+            w = np.where((narrow == 0) != (wide == 0), np.where(got_w == 0, 0.0, wide), w)
+        self._record(step, "is_weights", "offpolicy.is_weights", _compare(
+            got_w, w, tolerance("offpolicy.is_weights", "float32", "value"), "is_weights"), where)
+        keep = m.copy()
+        self._record(step, "keep", "offpolicy.is_weights", _compare(got_keep, keep, EXACT, "keep"), where)
+        return w, keep
 
     def _check_rollout(self, rec: Any) -> None:
         cfg, ro = rec.config, rec.rollout
@@ -309,11 +421,37 @@ class TrainerVerifier:
             elif cfg.whiten_advantages:
                 self._record(rec.step, "advantages", "adv.whiten", None, where,
                              note="whitened over every rank's tokens: checked by the rank-0 total only in single-process runs")
+        if getattr(cfg, "asynchronous", False):
+            self._check_behaviour(rec, where, m)
         if rec.step == 0:
             problems = None
             if not torch.equal(ro.old_logp[ro.mask], ro.ref_logp[ro.mask]):
                 problems = "step 0: the rollout's old and reference log-probs differ (the reference must be the initial policy)"
             self._record(rec.step, "identities", "invariant:on_policy", None, where, problems)
+
+    def _check_behaviour(self, rec: Any, where: str, m: np.ndarray) -> None:
+        """Asynchronous mode: every row sampled within the staleness bound, and behaviour log-probs that
+        are log-probabilities of the sampled tokens (finite, <= 0) at valid tokens and 0 elsewhere."""
+        cfg, ro, step = rec.config, rec.rollout, rec.step
+        problems = []
+        if ro.behav_version is None or ro.behav_logp is None:
+            self._record(step, "staleness", "async", None, where, "no behaviour versions / log-probs recorded")
+            return
+        v = ro.behav_version.numpy()
+        lag = step - v
+        if (v < 0).any() or (lag < 0).any() or (lag > cfg.max_staleness).any():
+            b = int(np.argmax((v < 0) | (lag < 0) | (lag > cfg.max_staleness)))
+            problems.append(f"row {b} sampled with version {int(v[b])} at step {step}: staleness {int(lag[b])} outside "
+                            f"[0, max_staleness={cfg.max_staleness}]")
+        self._record(step, "staleness", "async", None, where, "; ".join(problems) or None,
+                     note=f"max_staleness {cfg.max_staleness}")
+        lb = _np(ro.behav_logp)
+        problems = []
+        if not np.isfinite(lb[m]).all() or (lb[m] > 0).any():
+            problems.append("behaviour log-probs not finite or above 0 at a valid token")
+        if (lb[~m] != 0).any():
+            problems.append("behaviour log-probs not 0 off the mask")
+        self._record(step, "behav_logp", "conventions", None, where, "; ".join(problems) or None)
 
     # -------------------------------------------------------------------------------------------
 

@@ -34,10 +34,10 @@ def _none_or(kind: type) -> Any:
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    from refimpl.trainer.config import ALGOS, AGG_MODES, GRPO_SCALES, KL_ESTIMATORS, LOSSES, TASKS, TrainConfig, field_help
+    from refimpl.trainer.config import ACTOR_DTYPES, CORRECTIONS, REJECTION_LEVELS, ALGOS, AGG_MODES, GRPO_SCALES, KL_ESTIMATORS, LOSSES, TASKS, TrainConfig, field_help
 
     helps = field_help()
-    choices = {"algo": ALGOS, "loss": LOSSES, "agg": AGG_MODES, "value_agg": AGG_MODES, "grpo_scale": GRPO_SCALES,
+    choices = {"correction": CORRECTIONS, "actor_dtype": ACTOR_DTYPES, "rejection_level": REJECTION_LEVELS, "algo": ALGOS, "loss": LOSSES, "agg": AGG_MODES, "value_agg": AGG_MODES, "grpo_scale": GRPO_SCALES,
                "kl_estimator": KL_ESTIMATORS, "kl_reward_estimator": KL_ESTIMATORS, "task": TASKS,
                "reinforce_baseline": ("none", "batch_mean")}
     hints = typing.get_type_hints(TrainConfig)
@@ -54,7 +54,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         text = helps.get(f.name, "") + f" [{default}]"
         text = text.replace("%", "%%")
         if base is bool:
-            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=text)
+            flags = ("--async", flag) if f.name == "asynchronous" else (flag,)
+            group.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
         elif f.name in choices:
             group.add_argument(flag, choices=choices[f.name], default=None, help=text)
         else:
@@ -81,6 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--verify", action="store_true",
                         help="recompute every optimizer update with the oracle (loss, d loss/d logp, log-probs, "
                              "masks, advantages, step-0 identities) and stop at the first mismatch")
+    parser.add_argument("--ray-address", metavar="ADDR", default=None,
+                        help="with --async: join a running Ray cluster ('auto', or host:port) whose nodes host the "
+                             "rollout actors [start a private local cluster]")
     parser.add_argument("--threads", type=int, default=None, metavar="N", help="torch.set_num_threads(N)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--json", metavar="PATH", help="also write the summary (and --verify rows) as JSON to PATH")
@@ -138,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from conformance.trainer_verify import TrainerVerifier, VerificationError
-    from refimpl.trainer import TrainConfig, Trainer
+    from refimpl.trainer import TrainConfig
+    from refimpl.trainer.actors import MissingRay
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -156,7 +161,9 @@ def run(args: argparse.Namespace) -> int:
         if args.resume:
             if args.out:
                 overrides["out_dir"] = args.out
-            trainer = Trainer.resume(args.resume, overrides=overrides, on_step=verifier, progress=not args.no_progress, log=log)
+            saved = TrainConfig.from_dict(load_checkpoint_config(args.resume))
+            trainer = _trainer_class(saved).resume(args.resume, overrides=overrides, on_step=verifier,
+                                                   progress=not args.no_progress, log=log, **_async_kwargs(saved, args))
             log(f"[train] resumed {trainer._resumed_from} at step {trainer.step}")
         else:
             cfg = TrainConfig(**overrides)
@@ -164,16 +171,20 @@ def run(args: argparse.Namespace) -> int:
             if (Path(cfg.out_dir) / "checkpoints" / "latest").exists() and not args.overwrite:
                 raise ValueError(f"--out {cfg.out_dir}: holds a run already; continue it with --resume {cfg.out_dir}, "
                                  "or start afresh with --overwrite")
-            trainer = Trainer(cfg, on_step=verifier, progress=not args.no_progress, log=log)
+            trainer = _trainer_class(cfg)(cfg, on_step=verifier, progress=not args.no_progress, log=log,
+                                          **_async_kwargs(cfg, args))
         cfg = trainer.cfg
         log(f"[train] {cfg.algo} advantages, {cfg.loss} loss, agg {cfg.agg}, {cfg.prompts_per_step} prompts x "
             f"{cfg.group_size} samples per step, {cfg.epochs} epoch(s) x {cfg.num_minibatches} minibatch(es) x "
             f"{cfg.grad_accum} micro-batch(es), world size {trainer.world}, device {trainer.device}; out {cfg.out_dir}")
+        if cfg.asynchronous:
+            log(f"[train] asynchronous: {cfg.num_actors} Ray rollout actor(s) in {cfg.actor_dtype}, max staleness "
+                f"{cfg.max_staleness}, correction {cfg.correction}")
         summary = trainer.train()
     except VerificationError as exc:
         print(f"rlspec train: FAIL\n{exc}", file=sys.stderr)
         return 1
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, MissingRay) as exc:
         print(f"rlspec train: {exc}", file=sys.stderr)
         return 2
     finally:
@@ -197,6 +208,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trainer_class(cfg: Any) -> type:
+    """Trainer, or AsyncTrainer for an asynchronous configuration."""
+    from refimpl.trainer import Trainer
+    from refimpl.trainer.async_trainer import AsyncTrainer
+
+    return AsyncTrainer if cfg.asynchronous else Trainer
+
+
+def _async_kwargs(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
+    if args.ray_address and not cfg.asynchronous:
+        raise ValueError("--ray-address: only with --async")
+    return {"ray_address": args.ray_address} if cfg.asynchronous else {}
+
+
+def load_checkpoint_config(path: str) -> dict[str, Any]:
+    """The configuration stored with the checkpoint at ``path`` (a run directory or a checkpoint)."""
+    from refimpl.trainer.checkpoint import resolve_checkpoint
+
+    return json.loads((resolve_checkpoint(path) / "trainer_state.json").read_text())["config"]
+
+
 def _format_summary(summary: dict[str, Any], out_dir: str | None, wall: float) -> str:
     final = summary.get("final", {})
     thr = summary.get("threshold")
@@ -208,6 +240,10 @@ def _format_summary(summary: dict[str, Any], out_dir: str | None, wall: float) -
             summary.get("final_window", 0), final.get("reward_mean", 0), final.get("accuracy", 0),
             final.get("kl_ref", 0), final.get("entropy", 0), final.get("completion_len_mean", 0)),
     ]
+    if summary.get("asynchronous"):
+        lines.append(f"asynchronous: {summary.get('samples_per_s') or 0:.0f} samples/s, learner idle "
+                     f"{100 * (summary.get('learner_idle_frac') or 0):.0f}% of the time, samples per staleness "
+                     f"{summary.get('staleness_histogram')}")
     if thr:
         lines.append(f"learned: 10-step mean reward >= {target} at step {thr['step']} ({thr['time_s']:.1f}s)")
     else:

@@ -63,6 +63,9 @@ PLOT_CAPTIONS = {
                         "three digits; reward, exact answers, KL to the reference, entropy, clip fraction, completion "
                         "length, gradient norm and value loss per step, for GRPO, RLOO and PPO with different KL "
                         "coefficients (docs/end-to-end.md, part II).",
+    "async_study.png": "rlspec async-study: GRPO on the digit task, synchronous vs asynchronous (Ray rollout actors, "
+                       "max staleness 1, 2, 4, 8) with no correction, token TIS and decoupled PPO; reward curves (mean "
+                       "over seeds), steps to the target reward, final reward and throughput (docs/async.md).",
 }
 
 

@@ -13,12 +13,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from refimpl.offpolicy import REJECTION_LEVELS
+
 ALGOS = ("grpo", "rloo", "reinforce", "ppo")
 LOSSES = ("ppo", "gspo", "cispo")
 AGG_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_sum")
 GRPO_SCALES = ("group", "batch", "none")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 TASKS = ("reverse", "sort", "copy")
+# Asynchronous mode: the learner's correction of the actors' (stale, other-precision) samples.
+CORRECTIONS = ("none", "tis_token", "tis_sequence", "mis_token", "rejection", "decoupled")
+ACTOR_DTYPES = ("float32", "bfloat16")
 
 # Per-loss clip defaults when eps_low / eps_high are None (the spec's canonical defaults).
 LOSS_CLIP_DEFAULTS: dict[str, tuple[float | None, float]] = {
@@ -139,6 +144,41 @@ class TrainConfig:
     max_grad_norm: float | None = 1.0
     """Clip the global gradient norm to this (None: no clipping; the norm is logged either way)."""
 
+    # --- asynchronous actor-learner training (docs/async.md) ----------------------------------
+    asynchronous: bool = False
+    """Ray rollout actors generate while the learner trains (``rlspec train --async``): the batch of
+    step k is sampled with the newest weights an actor has, at most max_staleness versions behind
+    (version v = the weights after v steps); the learner recomputes the old (proximal) log-probs and
+    applies ``correction`` against the behaviour log-probs the actor recorded at sampling time."""
+    max_staleness: int = 1
+    """Bound on k - v for the batch of step k (an actor that would run further ahead waits).
+    0: every batch is sampled with the learner's current weights (the synchronous schedule)."""
+    num_actors: int = 1
+    """Ray rollout actors (each holds a copy of the policy in actor_dtype and samples whole batches)."""
+    actor_dtype: str = "float32"
+    """Precision of the actors' model: "bfloat16" makes the engine differ from the float32 learner
+    (rho = pi_old / pi_behav != 1 even at staleness 0), as a vLLM/trainer pair does."""
+    actor_threads: int = 1
+    """torch threads of each actor process."""
+    correction: str = "none"
+    """The learner's off-policy correction (spec v1.1): "none" (PPO against the recomputed old
+    log-probs, behaviour log-probs ignored), "tis_token" / "tis_sequence" (truncated importance
+    weights min(rho, correction_high), per token / per sequence product: rollout_is_weights),
+    "mis_token" (masked IS: rho kept inside [correction_low, correction_high], 0 outside),
+    "rejection" (tokens or rows with rho outside the bounds leave the loss and its denominator:
+    rollout_rejection_mask, level rejection_level) or "decoupled" (AReaL's decoupled PPO: ratio
+    against the recomputed proximal policy, weight pi_prox / pi_behav capped at behav_cap).
+    Every correction but "none" needs loss "ppo"."""
+    correction_low: float | None = None
+    """Lower bound of the IS weight / kept ratio (None: none for TIS, 0.5 for mis_token and rejection)."""
+    correction_high: float = 2.0
+    """Upper bound: the TIS cap, the masked-IS and rejection upper bound."""
+    rejection_level: str = "token"
+    """rollout_rejection_mask(level=) of correction "rejection": per token, or whole rows by the sum /
+    mean / max of their log-ratios or all of their tokens."""
+    behav_cap: float | None = None
+    """Decoupled PPO: cap on the behaviour weight pi_prox / pi_behav (None: uncapped)."""
+
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form notes stored with the run (not used by the trainer)."""
 
@@ -155,6 +195,9 @@ class TrainConfig:
         _choice("kl_reward_estimator", c.kl_reward_estimator, KL_ESTIMATORS)
         _choice("reinforce_baseline", c.reinforce_baseline, ("none", "batch_mean"))
         _choice("task", c.task, TASKS)
+        _choice("correction", c.correction, CORRECTIONS)
+        _choice("actor_dtype", c.actor_dtype, ACTOR_DTYPES)
+        _choice("rejection_level", c.rejection_level, REJECTION_LEVELS)
         low, high = LOSS_CLIP_DEFAULTS[c.loss]
         if c.eps_low is None:
             c.eps_low = low
@@ -174,6 +217,25 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig: {name}: expected >= 1, got {getattr(c, name)!r}")
         if c.min_digits > c.max_digits:
             raise ValueError(f"TrainConfig: min_digits: expected <= max_digits = {c.max_digits}, got {c.min_digits}")
+        if c.correction_low is None and c.correction in ("mis_token", "rejection"):
+            c.correction_low = 0.5
+        if int(c.max_staleness) < 0:
+            raise ValueError(f"TrainConfig: max_staleness: expected >= 0, got {c.max_staleness!r}")
+        for name in ("num_actors", "actor_threads"):
+            if int(getattr(c, name)) < 1:
+                raise ValueError(f"TrainConfig: {name}: expected >= 1, got {getattr(c, name)!r}")
+        if not c.asynchronous and (c.correction != "none" or c.actor_dtype != "float32"):
+            raise ValueError(f"TrainConfig: correction={c.correction!r}, actor_dtype={c.actor_dtype!r}: only for the "
+                             "asynchronous mode (asynchronous=True, rlspec train --async); the synchronous trainer "
+                             "samples with the learner's own weights")
+        if c.correction != "none" and c.loss != "ppo":
+            raise ValueError(f"TrainConfig: correction: {c.correction!r} corrects the clipped PPO term "
+                             f"(corrected_policy_loss, decoupled_ppo_token_loss); needs loss 'ppo', got {c.loss!r}")
+        if not c.correction_high > 0 or (c.correction_low is not None and not 0 <= c.correction_low <= c.correction_high):
+            raise ValueError(f"TrainConfig: correction_low, correction_high: expected 0 <= low <= high, high > 0, "
+                             f"got {c.correction_low!r}, {c.correction_high!r}")
+        if c.behav_cap is not None and not c.behav_cap > 0:
+            raise ValueError(f"TrainConfig: behav_cap: expected > 0 or None, got {c.behav_cap!r}")
         if not c.temperature > 0:
             raise ValueError(f"TrainConfig: temperature: expected > 0, got {c.temperature!r}")
         if c.algo in ("grpo", "rloo") and c.group_size < 2:
@@ -226,4 +288,4 @@ def field_help() -> dict[str, str]:
     return out
 
 
-__all__ = ["TrainConfig", "ALGOS", "LOSSES", "AGG_MODES", "GRPO_SCALES", "KL_ESTIMATORS", "TASKS", "field_help"]
+__all__ = ["TrainConfig", "CORRECTIONS", "ACTOR_DTYPES", "REJECTION_LEVELS", "ALGOS", "LOSSES", "AGG_MODES", "GRPO_SCALES", "KL_ESTIMATORS", "TASKS", "field_help"]

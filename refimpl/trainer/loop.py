@@ -33,6 +33,7 @@ import refimpl
 from refimpl.trainer import _dist
 from refimpl.trainer.checkpoint import load_checkpoint, save_checkpoint
 from refimpl.trainer.config import TrainConfig
+from refimpl.trainer.correction import Correction, corrected_objective, correction_stats, rollout_correction
 from refimpl.trainer.metrics import (
     JsonlWriter,
     MissingPlotDependency,
@@ -83,6 +84,9 @@ class MicroRecord:
     value_loss: float | None = None
     grad_values: torch.Tensor | None = None
     hidden: torch.Tensor | None = None  # [b, T, D] final hidden states (when the hook wants them)
+    behav_logp: torch.Tensor | None = None  # asynchronous mode: the actor's log-probs at sampling time
+    is_weights: torch.Tensor | None = None  # the rollout correction's constant weights (weighted corrections)
+    keep: torch.Tensor | None = None  # bool: the tokens the rejection keeps (weighted corrections)
 
 
 @dataclass
@@ -101,6 +105,10 @@ class RolloutRecord:
     token_rewards: torch.Tensor | None = None
     advantages_raw: torch.Tensor | None = None  # GAE before whitening
     returns: torch.Tensor | None = None
+    behav_logp: torch.Tensor | None = None  # asynchronous mode: log-probs recorded by the actor
+    behav_version: torch.Tensor | None = None  # [B] the weights version that sampled each row
+    is_weights: torch.Tensor | None = None
+    keep: torch.Tensor | None = None
 
 
 @dataclass
@@ -196,6 +204,7 @@ class Trainer:
         self.step = 0
         self.update = 0
         self.elapsed = 0.0
+        self.idle = 0.0  # seconds of the loop not spent training: generating (sync) or waiting for a batch (async)
         self.history: list[dict[str, Any]] = []
         self._resumed_from: str | None = None
 
@@ -229,6 +238,7 @@ class Trainer:
         self.step = int(state["step"])
         self.update = int(state["update"])
         self.elapsed = float(state["elapsed_s"])
+        self.idle = float(state.get("idle_s", 0.0))
         torch.set_rng_state(ck["rng"]["torch_cpu"])
         self._resumed_from = str(ck["dir"])
         if self.cfg.out_dir:
@@ -264,7 +274,7 @@ class Trainer:
         if self.cfg.out_dir and self.rank == 0:
             out = save_checkpoint(
                 self.cfg.out_dir, step=self.step, policy=self.policy, ref=self.ref, optimizer=self.optimizer,
-                trainer_state={"update": self.update, "elapsed_s": self.elapsed, "config": self.cfg.to_dict(),
+                trainer_state={"update": self.update, "elapsed_s": self.elapsed, "idle_s": self.idle, "config": self.cfg.to_dict(),
                                "world_size": self.world, "torch": torch.__version__},
                 keep=self.cfg.keep_checkpoints,
             )
@@ -300,6 +310,10 @@ class Trainer:
                 metrics = self._one_step()
                 self.elapsed += time.perf_counter() - t0
                 metrics["time_s"] = round(self.elapsed, 3)
+                # throughput since the run began: samples trained per second, and the share of the loop the
+                # learner spent not training (sampling itself when synchronous, waiting for actors when not)
+                metrics["samples_per_s"] = (self.step + 1) * cfg.prompts_per_step * cfg.group_size / max(self.elapsed, 1e-9)
+                metrics["learner_idle_frac"] = self.idle / max(self.elapsed, 1e-9)
                 self.history.append(metrics)
                 if writer is not None:
                     writer.write(metrics)
@@ -325,7 +339,13 @@ class Trainer:
         summary.update({"algo": self.cfg.algo, "loss": self.cfg.loss, "world_size": self.world,
                         "replicas_identical": self.check_replicas() if write else None,
                         "resumed_from": self._resumed_from, "config": self.cfg.to_dict()})
-        if write and self.cfg.out_dir and self.rank == 0:
+        if write:
+            self._write_summary(summary)
+        return summary
+
+    def _write_summary(self, summary: dict[str, Any]) -> None:
+        """summary.json and curves.png in the run directory (rank 0, when there is one)."""
+        if self.cfg.out_dir and self.rank == 0:
             out = Path(self.cfg.out_dir)
             (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
             try:
@@ -336,7 +356,6 @@ class Trainer:
                 plot_curves({f"{self.cfg.algo} ({self.cfg.loss})": self.history}, out / "curves.png",
                             target=self.cfg.target_reward,
                             title=f"rlspec train: {self.cfg.task} {self.cfg.min_digits}-{self.cfg.max_digits} digits")
-        return summary
 
     # -------------------------------------------------------------------------------------------
 
@@ -357,15 +376,31 @@ class Trainer:
         if self.policy.value_head is not None:
             batch.old_values = torch.cat([o.values for o in outs])
 
-    def _one_step(self) -> dict[str, Any]:
-        cfg, dev = self.cfg, self.device
+    def _next_batch(self) -> tuple[Batch, dict[str, Any]]:
+        """This rank's rollout batch of the current step, and metrics about getting it. Synchronous:
+        sampled here with the current weights (the asynchronous trainer takes it from its actors)."""
+        cfg = self.cfg
         n_local = cfg.prompts_per_step // self.world
         prompts = sample_prompts(self.task, cfg.seed, self.step, cfg.prompts_per_step)
         prompts = prompts[self.rank * n_local:(self.rank + 1) * n_local]
         batch = generate(self.policy.lm, self.task, prompts, group_size=cfg.group_size, temperature=cfg.temperature,
                          max_new_tokens=cfg.max_new_tokens, seed=derived_seed(cfg.seed, self.step, self.rank, 0x5A3),
-                         device=dev)
+                         device=self.device)
+        return batch, {}
+
+    def _one_step(self) -> dict[str, Any]:
+        cfg, dev = self.cfg, self.device
+        t_wait = time.perf_counter()
+        batch, batch_metrics = self._next_batch()
+        wait_s = time.perf_counter() - t_wait
+        self.idle += wait_s
         self._score(batch)
+        correction = None
+        if batch.behav_logp is not None:
+            correction = rollout_correction(cfg, batch.old_logp, batch.behav_logp, batch.mask)
+            if correction is not None:
+                batch.is_weights, batch.keep = correction.is_weights, correction.keep
+            batch_metrics.update(correction_stats(cfg, batch.old_logp, batch.behav_logp, batch.mask, correction))
         B = batch.size
         rewards_global = _dist.all_gather_rows(batch.rewards)
         offset = self.rank * B
@@ -382,7 +417,8 @@ class Trainer:
                 mask=_cpu(batch.mask), prompt_width=batch.prompt_width, old_logp=_cpu(batch.old_logp),
                 ref_logp=_cpu(batch.ref_logp), advantages=_cpu(batch.advantages), old_values=_cpu(batch.old_values),
                 token_rewards=_cpu(g.token_rewards) if g else None, advantages_raw=_cpu(g.advantages_raw) if g else None,
-                returns=_cpu(g.returns) if g else None,
+                returns=_cpu(g.returns) if g else None, behav_logp=_cpu(batch.behav_logp),
+                behav_version=_cpu(batch.behav_version), is_weights=_cpu(batch.is_weights), keep=_cpu(batch.keep),
             )
 
         # token statistics of the rollout (sums; reduced over ranks below)
@@ -405,7 +441,7 @@ class Trainer:
             for mb_idx in range(cfg.num_minibatches):
                 lo = mb_idx * rows_mb
                 slices = [(s, s + self.rows_per_micro) for s in range(lo, lo + rows_mb, self.rows_per_micro)]
-                counts = _dist.step_counts([batch.mask[a:b] for a, b in slices])
+                counts = _dist.step_counts([batch.loss_mask[a:b] for a, b in slices])
                 self.optimizer.zero_grad(set_to_none=True)
                 records: list[MicroRecord] = []
                 for j, (a, b) in enumerate(slices):
@@ -479,6 +515,8 @@ class Trainer:
             "grad_norm_max": max(grad_norms),
             "lr": cfg.lr,
             "updates": self.update,
+            "wait_s": wait_s,
+            **batch_metrics,
         }
         if cfg.algo == "ppo":
             metrics["value_loss"] = S["value_loss"] / self.world / n_updates
@@ -495,14 +533,20 @@ class Trainer:
             out.logp.retain_grad()
             if out.values is not None:
                 out.values.retain_grad()
-        ell = objective_token_loss(cfg, out, mb.old_logp, mb.ref_logp, mb.advantages, mb.mask)
-        policy_loss = _dist.micro_batch_loss(ell, mb.mask, counts, mode=cfg.agg, norm_length=cfg.norm_length,
-                                             dp_world_size=self.world)
+        if cfg.correction == "none":
+            ell = objective_token_loss(cfg, out, mb.old_logp, mb.ref_logp, mb.advantages, mb.mask)
+            policy_loss = _dist.micro_batch_loss(ell, mb.mask, counts, mode=cfg.agg, norm_length=cfg.norm_length,
+                                                 dp_world_size=self.world)
+        else:
+            corr = None if mb.is_weights is None else Correction(mb.is_weights, mb.keep)
+            policy_loss = corrected_objective(cfg, out.logp, out.entropy, mb.old_logp, mb.behav_logp, mb.ref_logp,
+                                              mb.advantages, mb.mask, corr, counts, self.world)
         loss = policy_loss
         value_loss = None
         if out.values is not None:
             vt = refimpl.value_token_loss(out.values, mb.old_values, mb.returns, mb.mask, clip=cfg.value_clip)
-            value_loss = _dist.micro_batch_loss(vt, mb.mask, counts, mode=cfg.value_agg, norm_length=cfg.norm_length,
+            # over the tokens the policy loss keeps (a rejected token leaves both, and the update's counts)
+            value_loss = _dist.micro_batch_loss(vt, mb.loss_mask, counts, mode=cfg.value_agg, norm_length=cfg.norm_length,
                                                 dp_world_size=self.world)
             loss = loss + cfg.vf_coef * value_loss
         loss.backward()
@@ -537,7 +581,8 @@ class Trainer:
                 values=_cpu(out.values), old_values=_cpu(mb.old_values), returns=_cpu(mb.returns),
                 value_loss=None if value_loss is None else float(value_loss.detach()),
                 grad_values=_cpu(out.values.grad) if out.values is not None and out.values.grad is not None else None,
-                hidden=_cpu(out.hidden) if wants_hidden else None,
+                hidden=_cpu(out.hidden) if wants_hidden else None, behav_logp=_cpu(mb.behav_logp),
+                is_weights=_cpu(mb.is_weights), keep=_cpu(mb.keep),
             )
         return stats, rec
 

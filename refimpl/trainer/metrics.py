@@ -24,6 +24,10 @@ PANELS: tuple[tuple[str, str], ...] = (
 )
 
 
+# Per-step keys measured from the clock (they differ between otherwise identical runs).
+TIMING_KEYS: tuple[str, ...] = ("time_s", "wait_s", "gen_s", "samples_per_s", "learner_idle_frac")
+
+
 class MissingPlotDependency(RuntimeError):
     pass
 
@@ -117,6 +121,9 @@ def summarize(rows: Sequence[dict[str, Any]], target: float, *, window: int = 10
         "threshold": threshold_reached(rows, target, window=window),
         "final": {k: sum(float(r.get(k) or 0.0) for r in last) / len(last) for k in keys},
         "final_window": len(last),
+        # throughput over the whole run (the last step's running figures)
+        "samples_per_s": rows[-1].get("samples_per_s"),
+        "learner_idle_frac": rows[-1].get("learner_idle_frac"),
     }
 
 
@@ -177,4 +184,4 @@ def plot_curves(runs: dict[str, Sequence[dict[str, Any]]] | Sequence[dict[str, A
     return path
 
 
-__all__ = ["JsonlWriter", "read_jsonl", "moving_average", "threshold_reached", "summarize", "plot_curves", "require_matplotlib", "MissingPlotDependency", "PANELS"]
+__all__ = ["TIMING_KEYS", "JsonlWriter", "read_jsonl", "moving_average", "threshold_reached", "summarize", "plot_curves", "require_matplotlib", "MissingPlotDependency", "PANELS"]

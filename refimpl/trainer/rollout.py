@@ -34,6 +34,9 @@ class Batch:
     completion_lengths: torch.Tensor  # [B] long: valid completion tokens
     truncated: torch.Tensor  # [B] bool: no EOS within max_new_tokens
     prompt_width: int
+    # asynchronous mode: recorded by the rollout actor at sampling time
+    behav_logp: torch.Tensor | None = None  # [B, T] float32 log pi_behav(x_t) of the sampled tokens, 0 off the mask
+    behav_version: torch.Tensor | None = None  # [B] long: the weights version that sampled each row
     # filled in by the trainer
     old_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
@@ -41,6 +44,13 @@ class Batch:
     old_values: torch.Tensor | None = None
     advantages: torch.Tensor | None = None  # [B] or [B, T]
     returns: torch.Tensor | None = None
+    is_weights: torch.Tensor | None = None  # [B, T] the rollout correction's constant weights (1 without one)
+    keep: torch.Tensor | None = None  # [B, T] bool: tokens the rejection keeps (the mask without one)
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        """The tokens the loss counts: the mask, minus the tokens a rejection dropped."""
+        return self.mask if self.keep is None else self.mask & self.keep
 
     def rows(self, start: int, stop: int) -> "Batch":
         """Rows [start, stop) of every per-row tensor."""
@@ -63,8 +73,13 @@ def sample_prompts(task: DigitTask, seed: int, step: int, n_global: int) -> list
 
 @torch.no_grad()
 def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, group_size: int,
-             temperature: float, max_new_tokens: int, seed: int, device: torch.device) -> Batch:
-    """Sample ``group_size`` completions per prompt (seeded: the same seed gives the same batch)."""
+             temperature: float, max_new_tokens: int, seed: int, device: torch.device,
+             behaviour_logp: bool = False) -> Batch:
+    """Sample ``group_size`` completions per prompt (seeded: the same seed gives the same batch).
+
+    ``behaviour_logp``: also record, at sampling time, the log-probability of every sampled token under
+    the distribution it was drawn from (``log_softmax`` of the decoding step's float32 logits at the
+    temperature: what an inference engine returns), in ``Batch.behav_logp``."""
     from transformers import GenerationConfig
 
     P = task.prompt_width
@@ -81,11 +96,14 @@ def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, 
         do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0, min_p=None, typical_p=1.0,
         repetition_penalty=1.0, max_new_tokens=int(max_new_tokens), min_new_tokens=0,
         pad_token_id=PAD_ID, eos_token_id=EOS_ID, use_cache=True,
+        return_dict_in_generate=behaviour_logp, output_logits=behaviour_logp,
     )
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         out = lm.generate(input_ids=prompt, attention_mask=prompt_att, generation_config=gen_config)
+    step_logits = out.logits if behaviour_logp else None
+    out = out.sequences if behaviour_logp else out
     completion = torch.full((n, max_new_tokens), PAD_ID, dtype=torch.long, device=device)
     gen = out[:, P:]
     completion[:, : gen.shape[1]] = gen
@@ -98,6 +116,13 @@ def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, 
     input_ids = torch.cat([prompt, completion], dim=1)
     attention_mask = torch.cat([prompt_att, comp_valid.long()], dim=1)
     mask = torch.cat([torch.zeros_like(prompt, dtype=torch.bool), comp_valid], dim=1)
+    behav = None
+    if step_logits is not None:  # decoding step j predicted completion token j
+        behav = torch.zeros((n, P + max_new_tokens), dtype=torch.float32, device=device)
+        for j, logits in enumerate(step_logits):
+            lp = torch.log_softmax(logits.float() / float(temperature), dim=-1)
+            behav[:, P + j] = lp.gather(1, completion[:, j:j + 1]).squeeze(1)
+        behav = torch.where(mask, behav, torch.zeros_like(behav))
     rewards, correct = [], []
     comp_cpu, valid_cpu = completion.cpu(), comp_valid.cpu()
     for i in range(n):
@@ -116,6 +141,7 @@ def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, 
         completion_lengths=comp_valid.sum(dim=1),
         truncated=~has_eos,
         prompt_width=P,
+        behav_logp=behav,
     )
 
 
