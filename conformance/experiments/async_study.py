@@ -31,7 +31,7 @@ import torch
 
 DEFAULT_STALENESS = (1, 2, 4, 8)
 DEFAULT_CORRECTIONS = ("none", "tis_token", "decoupled")
-DEFAULT_SEEDS = (0, 1, 2)
+DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 DEFAULT_STEPS = 400
 TARGET = 0.9
 PER_RUN_KEYS = ("final_reward", "final_accuracy", "final_kl_ref", "steps_to_target", "seconds_to_target",
