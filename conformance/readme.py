@@ -207,20 +207,25 @@ def bench_table(name: str) -> Callable[[], str]:
     return table
 
 
-def async_study_table() -> str:
-    """The table of the committed `rlspec async-study` results (conformance/reports/async_study.json)."""
-    import json
+def async_study_table(name: str) -> Callable[[], str]:
+    """The table of a committed `rlspec async-study` result (conformance/reports/<name>.json)."""
 
-    from conformance.experiments.async_study import render_table
+    def table() -> str:
+        import json
 
-    path = README.parent / "conformance" / "reports" / "async_study.json"
-    if not path.exists():
-        return f"(not run yet: `rlspec async-study --json {path.relative_to(README.parent)} --plot ...`)"
-    return render_table(json.loads(path.read_text()))
+        from conformance.experiments.async_study import render_table
+
+        path = README.parent / "conformance" / "reports" / f"{name}.json"
+        if not path.exists():
+            return f"(not run yet: `rlspec async-study --json {path.relative_to(README.parent)} ...`)"
+        return render_table(json.loads(path.read_text()))
+
+    return table
 
 
 GENERATORS: dict[str, Callable[[], str]] = {
-    "async-study": async_study_table,
+    "async-study": async_study_table("async_study"),
+    "async-study-capped": async_study_table("async_study_capped"),
     "bench-cpu": bench_table("cpu"),
     "bench-gpu": bench_table("gpu"),
     "frameworks": frameworks_table,

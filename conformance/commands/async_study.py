@@ -51,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, default=study_mod.DEFAULT_STEPS, help=f"steps per run [{study_mod.DEFAULT_STEPS}]")
     parser.add_argument("--actor-dtype", choices=("float32", "bfloat16"), default="float32",
                         help="precision of the rollout actors [float32]")
+    parser.add_argument("--behav-cap", type=float, default=None, metavar="X",
+                        help="cap the behaviour weight of the decoupled configurations at X [uncapped]")
+    parser.add_argument("--no-sync", action="store_true", help="leave the synchronous baseline out")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: a 1-layer model, 4 prompts x 4 samples, the given steps (default 6 here)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -66,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.steps < 1:
         print("rlspec async-study: --steps: expected >= 1", file=sys.stderr)
+        return 2
+    if args.behav_cap is not None and not args.behav_cap > 0:
+        print("rlspec async-study: --behav-cap: expected > 0", file=sys.stderr)
         return 2
     if args.plot:
         try:
@@ -84,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         study = study_mod.run_study(staleness=args.staleness, corrections=args.corrections, seeds=args.seeds,
                                     steps=steps, actor_dtype=args.actor_dtype, base=QUICK if args.quick else None,
-                                    progress=progress)
+                                    behav_cap=args.behav_cap, sync=not args.no_sync, progress=progress)
     except MissingRay as exc:
         print(f"rlspec async-study: {exc}", file=sys.stderr)
         return 2

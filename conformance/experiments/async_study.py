@@ -36,15 +36,20 @@ DEFAULT_STEPS = 400
 TARGET = 0.9
 PER_RUN_KEYS = ("final_reward", "final_accuracy", "final_kl_ref", "steps_to_target", "seconds_to_target",
                 "samples_per_s", "learner_idle_frac", "staleness_mean", "log_rho_abs_mean", "is_clipped_frac",
-                "wall_s")
+                "behav_capped_frac", "wall_s")
 
 
-def configurations(staleness: Sequence[int], corrections: Sequence[str]) -> list[dict[str, Any]]:
-    """The study's configurations: synchronous first, then every (staleness, correction)."""
-    out: list[dict[str, Any]] = [{"name": "sync", "asynchronous": False}]
+def configurations(staleness: Sequence[int], corrections: Sequence[str], *, behav_cap: float | None = None,
+                   sync: bool = True) -> list[dict[str, Any]]:
+    """The study's configurations: synchronous first (unless ``sync`` is False), then every
+    (staleness, correction); ``behav_cap`` caps the behaviour weight of the decoupled ones."""
+    out: list[dict[str, Any]] = [{"name": "sync", "asynchronous": False}] if sync else []
     for s in staleness:
         for c in corrections:
-            out.append({"name": f"async S={s} {c}", "asynchronous": True, "max_staleness": int(s), "correction": c})
+            conf = {"name": f"async S={s} {c}", "asynchronous": True, "max_staleness": int(s), "correction": c}
+            if c == "decoupled" and behav_cap is not None:
+                conf.update(name=f"async S={s} decoupled cap {behav_cap:g}", behav_cap=float(behav_cap))
+            out.append(conf)
     return out
 
 
@@ -55,7 +60,7 @@ def _one_run(conf: dict[str, Any], seed: int, steps: int, actor_dtype: str, base
     kw = dict(base, seed=seed, steps=steps, checkpoint_every=0, target_reward=TARGET)
     if conf["asynchronous"]:
         kw.update(asynchronous=True, max_staleness=conf["max_staleness"], correction=conf["correction"],
-                  actor_dtype=actor_dtype, actor_threads=1)
+                  behav_cap=conf.get("behav_cap"), actor_dtype=actor_dtype, actor_threads=1)
         threads, cls = 1, AsyncTrainer
     else:
         threads, cls = 2, Trainer
@@ -86,6 +91,7 @@ def _one_run(conf: dict[str, Any], seed: int, steps: int, actor_dtype: str, base
         "staleness_mean": mean("staleness") if conf["asynchronous"] else 0.0,
         "log_rho_abs_mean": mean("log_rho_abs_mean"),
         "is_clipped_frac": mean("is_clipped_frac"),
+        "behav_capped_frac": mean("behav_capped_frac"),
         "wall_s": time.perf_counter() - t0,
         "reward_curve": [round(float(r["reward_mean"]), 4) for r in hist],
     }
@@ -106,7 +112,7 @@ def _aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_study(*, staleness: Sequence[int] = DEFAULT_STALENESS, corrections: Sequence[str] = DEFAULT_CORRECTIONS,
               seeds: Sequence[int] = DEFAULT_SEEDS, steps: int = DEFAULT_STEPS, actor_dtype: str = "float32",
-              base: dict[str, Any] | None = None,
+              base: dict[str, Any] | None = None, behav_cap: float | None = None, sync: bool = True,
               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run every configuration for every seed (one local Ray cluster for all asynchronous runs)."""
     from refimpl.trainer.actors import require_ray
@@ -118,7 +124,7 @@ def run_study(*, staleness: Sequence[int] = DEFAULT_STALENESS, corrections: Sequ
 
         ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     base = dict(base or {})
-    confs = configurations(staleness, corrections)
+    confs = configurations(staleness, corrections, behav_cap=behav_cap, sync=sync)
     t0 = time.perf_counter()
     results = []
     try:
@@ -138,7 +144,7 @@ def run_study(*, staleness: Sequence[int] = DEFAULT_STALENESS, corrections: Sequ
     return {
         "task": "reverse 3 digits, tiny random-weight Llama (defaults of rlspec train)",
         "algo": "grpo", "loss": "ppo", "target_reward": TARGET, "steps": steps, "seeds": list(seeds),
-        "actor_dtype": actor_dtype, "base_overrides": base, "torch": torch.__version__,
+        "actor_dtype": actor_dtype, "behav_cap": behav_cap, "base_overrides": base, "torch": torch.__version__,
         "threads": {"sync": 2, "async_learner": 1, "async_actor": 1},
         "seconds": round(time.perf_counter() - t0, 1),
         "configurations": results,
@@ -156,10 +162,11 @@ def _fmt(stat: dict[str, Any], digits: int = 3) -> str:
 def render_table(study: dict[str, Any]) -> str:
     """A Markdown table of the study (one row per configuration)."""
     n = len(study["seeds"])
+    capped = study.get("behav_cap") is not None
     lines = [
         f"| configuration | final reward | reached {study['target_reward']} | steps to target | seconds to target | "
-        "samples/s | learner idle | staleness | mean abs log rho | TIS clipped |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "samples/s | learner idle | staleness | mean abs log rho | TIS clipped |" + (" behav capped |" if capped else ""),
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if capped else ""),
     ]
     for c in study["configurations"]:
         s = c["summary"]
@@ -167,6 +174,7 @@ def render_table(study: dict[str, Any]) -> str:
             f"| {c['name']} | {_fmt(s['final_reward'])} | {s['reached_target']}/{n} | {_fmt(s['steps_to_target'], 0)} | "
             f"{_fmt(s['seconds_to_target'], 1)} | {_fmt(s['samples_per_s'], 0)} | {_fmt(s['learner_idle_frac'], 2)} | "
             f"{_fmt(s['staleness_mean'], 2)} | {_fmt(s['log_rho_abs_mean'], 4)} | {_fmt(s['is_clipped_frac'], 4)} |"
+            + (f" {_fmt(s['behav_capped_frac'], 4)} |" if capped else "")
         )
     return "\n".join(lines)
 
@@ -177,14 +185,15 @@ def plot_study(study: dict[str, Any], path: str) -> None:
 
     plt = require_matplotlib()
     confs = study["configurations"]
-    sync = next(c for c in confs if not c["asynchronous"])
+    sync = next((c for c in confs if not c["asynchronous"]), None)
     corrections = list(dict.fromkeys(c["correction"] for c in confs if c["asynchronous"]))
     staleness = sorted({c["max_staleness"] for c in confs if c["asynchronous"]})
     fig, axes = plt.subplots(2, max(3, len(corrections)), figsize=(15, 8.5), squeeze=False)
     cmap = plt.get_cmap("viridis")
     colour = {s: cmap(i / max(1, len(staleness) - 1) * 0.9) for i, s in enumerate(staleness)}
     for ax, corr in zip(axes[0], corrections):
-        ax.plot(moving_average(sync["summary"]["mean_reward_curve"], 10), color="black", linewidth=1.6, label="sync")
+        if sync is not None:
+            ax.plot(moving_average(sync["summary"]["mean_reward_curve"], 10), color="black", linewidth=1.6, label="sync")
         for c in confs:
             if c["asynchronous"] and c["correction"] == corr:
                 ax.plot(moving_average(c["summary"]["mean_reward_curve"], 10), color=colour[c["max_staleness"]],
@@ -212,7 +221,9 @@ def plot_study(study: dict[str, Any], path: str) -> None:
         ax.grid(alpha=0.3, axis="y")
     for extra in list(axes[0][len(corrections):]) + list(axes[1][len(panels):]):
         extra.axis("off")
-    fig.suptitle(f"rlspec async-study: synchronous vs asynchronous (max staleness S) GRPO on the digit task, "
+    what = "synchronous vs asynchronous" if sync is not None else "asynchronous"
+    cap = f", behaviour weight capped at {study['behav_cap']:g}" if study.get("behav_cap") is not None else ""
+    fig.suptitle(f"rlspec async-study: {what} (max staleness S) GRPO on the digit task{cap}, "
                  f"{study['actor_dtype']} actors, seeds {study['seeds']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -66,6 +66,9 @@ PLOT_CAPTIONS = {
     "async_study.png": "rlspec async-study: GRPO on the digit task, synchronous vs asynchronous (Ray rollout actors, "
                        "max staleness 1, 2, 4, 8) with no correction, token TIS and decoupled PPO; reward curves (mean "
                        "over seeds), steps to the target reward, final reward and throughput (docs/async.md).",
+    "async_study_capped.png": "rlspec async-study --corrections decoupled --behav-cap 2 --no-sync: decoupled PPO with its "
+                              "behaviour weight capped at 2 (with the recomputed proximal policy, the same objective as "
+                              "token TIS with cap 2), max staleness 1, 2, 4, 8 (docs/async.md).",
 }
 
 

@@ -325,3 +325,18 @@ def test_async_study_rejects_unknown_corrections(capsys):
     with pytest.raises(SystemExit):
         cli_main(["async-study", "--corrections", "none,bogus"])
     assert "expected comma-separated corrections" in capsys.readouterr().err
+
+
+def test_async_study_configurations_cap_the_decoupled_ones_and_may_leave_sync_out():
+    from conformance.experiments.async_study import configurations
+
+    confs = configurations((1, 4), ("none", "decoupled"), behav_cap=2.0, sync=False)
+    assert [c["name"] for c in confs] == ["async S=1 none", "async S=1 decoupled cap 2", "async S=4 none",
+                                         "async S=4 decoupled cap 2"]
+    assert [c.get("behav_cap") for c in confs] == [None, 2.0, None, 2.0]
+    assert configurations((2,), ("decoupled",))[0] == {"name": "sync", "asynchronous": False}
+
+
+def test_async_study_rejects_a_non_positive_cap(capsys):
+    assert cli_main(["async-study", "--behav-cap", "0", "--quick"]) == 2
+    assert "--behav-cap: expected > 0" in capsys.readouterr().err
