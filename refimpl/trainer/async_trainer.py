@@ -71,15 +71,10 @@ class AsyncTrainer(Trainer):
         self.pipeline.publish(self.step + 1, self.policy.lm)  # the weights after this step: version step + 1
         return metrics
 
-    def finish(self, *, write: bool = True) -> dict[str, Any]:
-        summary = super().finish(write=False)
-        hist = {int(k): int(v) for k, v in sorted(self.staleness_counts.items())}
-        summary["staleness_histogram"] = hist  # samples per staleness, this process's steps
-        summary["asynchronous"] = True
-        summary["replicas_identical"] = self.check_replicas() if write else None
-        if write:
-            self._write_summary(summary)
-        return summary
+    def _summary_extras(self) -> dict[str, Any]:
+        # samples per staleness, over this process's steps
+        return {"asynchronous": True,
+                "staleness_histogram": {int(k): int(v) for k, v in sorted(self.staleness_counts.items())}}
 
 
 __all__ = ["AsyncTrainer"]

@@ -338,14 +338,8 @@ class Trainer:
         summary = summarize(self.history, self.cfg.target_reward)
         summary.update({"algo": self.cfg.algo, "loss": self.cfg.loss, "world_size": self.world,
                         "replicas_identical": self.check_replicas() if write else None,
-                        "resumed_from": self._resumed_from, "config": self.cfg.to_dict()})
-        if write:
-            self._write_summary(summary)
-        return summary
-
-    def _write_summary(self, summary: dict[str, Any]) -> None:
-        """summary.json and curves.png in the run directory (rank 0, when there is one)."""
-        if self.cfg.out_dir and self.rank == 0:
+                        "resumed_from": self._resumed_from, "config": self.cfg.to_dict(), **self._summary_extras()})
+        if write and self.cfg.out_dir and self.rank == 0:
             out = Path(self.cfg.out_dir)
             (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
             try:
@@ -356,6 +350,11 @@ class Trainer:
                 plot_curves({f"{self.cfg.algo} ({self.cfg.loss})": self.history}, out / "curves.png",
                             target=self.cfg.target_reward,
                             title=f"rlspec train: {self.cfg.task} {self.cfg.min_digits}-{self.cfg.max_digits} digits")
+        return summary
+
+    def _summary_extras(self) -> dict[str, Any]:
+        """Entries a subclass adds to the summary (the asynchronous trainer's staleness histogram)."""
+        return {}
 
     # -------------------------------------------------------------------------------------------
 
