@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import torch
 
+from refimpl import fused_budget, fused_half
 from refimpl.logprobs import finish_stats, merge_stats, scatter_rows, tile_grad_, tile_stats_, valid_positions
 from refimpl.validation import (
     check_hidden_and_weight,
@@ -99,10 +100,11 @@ class _Tiles:
     def view(buf: torch.Tensor, n: int, v: int) -> torch.Tensor:
         return buf[: n * v].view(n, v)
 
-    def logits(self, h_chunk: torch.Tensor, w_tile: torch.Tensor, inv_tau: float) -> torch.Tensor:
-        """The float tile y = z/τ [n, v] (native: ``h_chunk`` is already h/τ; half: hi + lo)."""
+    def logits(self, h_chunk: torch.Tensor, w_tile: torch.Tensor, inv_tau: float, kept: torch.Tensor | None = None) -> torch.Tensor:
+        """The float tile y = z/τ [n, v], written into ``kept`` when given (native: ``h_chunk`` is already
+        h/τ; half: hi + lo)."""
         n, v = h_chunk.shape[0], w_tile.shape[0]
-        y = self.view(self.y, n, v)
+        y = self.view(self.y, n, v) if kept is None else kept
         if not self.half:
             return torch.mm(h_chunk, w_tile.t(), out=y)
         hi = torch.mm(h_chunk, w_tile.t(), out=self.view(self.hi, n, v))
@@ -110,11 +112,17 @@ class _Tiles:
         y.copy_(hi).add_(lo)
         return y.mul_(inv_tau) if inv_tau != 1.0 else y
 
-    def log_probs(self, h_chunk: torch.Tensor, w_tile: torch.Tensor, shift: tuple[torch.Tensor, ...], inv_tau: float) -> torch.Tensor:
-        """The float tile log p = y − m − log s [n, v] (backward). Half: ``round(z − s_half)`` from
-        one shifted GEMM, then the float32 remainder ``(s − s_half)`` and 1/τ."""
+    def log_probs(
+        self, h_chunk: torch.Tensor, w_tile: torch.Tensor, shift: tuple[torch.Tensor, ...], inv_tau: float, kept: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The float tile log p = y − m − log s [n, v] (backward), from the ``kept`` tile y of the forward
+        or a GEMM (``shift`` = (m, log s) then). Half, recomputed: ``round(z − s_half)`` from one shifted
+        GEMM, then the float32 remainder ``(s − s_half)`` and 1/τ (``shift`` = (−s_half, s − s_half))."""
         n, v = h_chunk.shape[0], w_tile.shape[0]
         y = self.view(self.y, n, v)
+        if kept is not None:  # y − m − log s without touching the kept tile
+            m, log_s = shift
+            return torch.sub(kept, m, out=y).sub_(log_s)
         if not self.half:
             m, log_s = shift
             return torch.mm(h_chunk, w_tile.t(), out=y).sub_(m).sub_(log_s)
@@ -123,9 +131,11 @@ class _Tiles:
         torch.sub(raw, rest, out=y)
         return y.mul_(inv_tau) if inv_tau != 1.0 else y
 
-    def probs(self, h_chunk: torch.Tensor, w_tile: torch.Tensor, shift: tuple[torch.Tensor, ...], inv_tau: float) -> torch.Tensor:
+    def probs(
+        self, h_chunk: torch.Tensor, w_tile: torch.Tensor, shift: tuple[torch.Tensor, ...], inv_tau: float, kept: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The float tile p = exp(log p) [n, v] (backward, log-probs alone)."""
-        return self.log_probs(h_chunk, w_tile, shift, inv_tau).exp_()
+        return self.log_probs(h_chunk, w_tile, shift, inv_tau, kept).exp_()
 
     def accumulate(self, q: torch.Tensor, w_tile: torch.Tensor, rhs: torch.Tensor, acc: torch.Tensor | None, d_w: torch.Tensor | None) -> None:
         """``acc += q·W_tile`` and ``d_w += qᵀ·rhs`` (native dtype)."""
@@ -139,44 +149,61 @@ class _HiddenSoftmax(torch.autograd.Function):
     """Log-probs and/or entropies of softmax(hidden[pred_rows] @ weight.T / τ)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, out_pos, pred_rows, targets, inv_tau, entropy, chunk, vchunk):  # type: ignore[override]
+    def forward(ctx, hidden, weight, out_pos, pred_rows, targets, inv_tau, entropy, chunk, vchunk, budget):  # type: ignore[override]
         B, T, D = hidden.shape
         V = weight.shape[0]
         _, cdt = compute_dtypes(hidden)
         half = _half_gemms(hidden)
+        fast = half and hidden.dtype == torch.bfloat16 and hidden.device.type == "cpu" and targets is not None and not entropy
         gdt = hidden.dtype if half else cdt  # GEMM dtype
         dev = hidden.device
         n_tok = pred_rows.numel()
+        grad = any(ctx.needs_input_grad[:2])
+        n_kept = 0
+        if grad and budget is not None:  # kept tiles: bfloat16 e (fast path), else the float tile y
+            working = fused_budget.working_bytes(n_tok, B * T, D, V, hidden.dtype, fast, chunk, vchunk, entropy)
+            n_kept = fused_budget.kept_tokens(budget, working, n_tok, V, torch.empty((), dtype=gdt if fast else cdt).element_size())
+        ctx.inv_tau, ctx.chunk, ctx.vchunk, ctx.fast = inv_tau, chunk, vchunk, fast
+        shape = (B, T)
+        if fast:
+            kept = fused_half.KeptTiles(n_kept, V, vchunk, gdt, dev) if n_kept else None
+            h_rows = hidden.reshape(B * T, D).index_select(0, pred_rows)
+            lp, lse, top = fused_half.forward(h_rows, weight, targets, inv_tau, min(chunk, max(n_tok, 1)), vchunk, kept, grad)
+            ctx.kept = kept
+            ctx.save_for_backward(hidden, weight, out_pos, pred_rows, targets, top, lse)
+            ent_out = hidden.new_zeros(0)
+            ctx.mark_non_differentiable(ent_out)
+            return scatter_rows(lp, out_pos, shape, hidden.dtype), ent_out
         row_max = torch.empty(n_tok, dtype=cdt, device=dev)
         log_sum = torch.empty(n_tok, dtype=cdt, device=dev)
         ent = torch.empty(n_tok, dtype=cdt, device=dev) if entropy else None
         lp = torch.empty(n_tok, dtype=cdt, device=dev) if targets is not None else None
+        kept = [torch.empty(n_kept, min(vchunk, V - v0), dtype=cdt, device=dev) for v0 in range(0, V, vchunk)] if n_kept else None
         if n_tok:
             rows, width = min(chunk, n_tok), min(vchunk, V)
             tiles = _Tiles(rows, width, D, gdt, cdt, dev, half, entropy, backward=False)
             w_tiles = _WeightTiles(weight, gdt, vchunk)
             h_flat = hidden.reshape(B * T, D)
-            for chunk_start in range(0, n_tok, rows):
-                sl = slice(chunk_start, chunk_start + rows)
+            for sl in _chunks(n_tok, rows, n_kept):
                 h_chunk = _chunk_rows(h_flat, pred_rows[sl], gdt, 1.0 if half else inv_tau)
                 n = h_chunk.shape[0]
                 stats = tgt_logit = None
-                for vocab_start in range(0, V, vchunk):
+                for ti, vocab_start in enumerate(range(0, V, vchunk)):
                     w_tile = w_tiles.get(vocab_start)
-                    y = tiles.logits(h_chunk, w_tile, inv_tau)
+                    keep = None if sl.start >= n_kept else kept[ti][sl]
+                    y = tiles.logits(h_chunk, w_tile, inv_tau, keep)
                     if targets is not None:
                         tgt_logit = _target_logits(y, targets[sl], vocab_start, vchunk >= V, tgt_logit)
                     scratch = None if tiles.scratch is None else tiles.view(tiles.scratch, n, y.shape[1])
-                    tile = tile_stats_(y, scratch)
+                    tile = tile_stats_(y, scratch, None if keep is None else tiles.view(tiles.y, n, y.shape[1]))
                     stats = tile if stats is None else merge_stats(stats, tile)
                 row_max[sl], log_sum[sl], ent_chunk = finish_stats(stats)
                 if ent is not None:
                     ent[sl] = ent_chunk
                 if lp is not None:
                     lp[sl] = (tgt_logit - row_max[sl]).sub_(log_sum[sl])
+        ctx.kept = kept
         ctx.save_for_backward(hidden, weight, out_pos, pred_rows, targets, row_max, log_sum, ent)
-        ctx.inv_tau, ctx.chunk, ctx.vchunk = inv_tau, chunk, vchunk
-        shape = (B, T)
         lp_out = scatter_rows(lp, out_pos, shape, hidden.dtype) if lp is not None else hidden.new_zeros(0)
         ent_out = scatter_rows(ent, out_pos, shape, hidden.dtype) if ent is not None else hidden.new_zeros(0)
         if lp is None:
@@ -187,6 +214,8 @@ class _HiddenSoftmax(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_lp, grad_ent):  # type: ignore[override]
+        if ctx.fast:
+            return _backward_fast(ctx, grad_lp)
         hidden, weight, out_pos, pred_rows, targets, row_max, log_sum, ent = ctx.saved_tensors
         inv_tau, chunk, vchunk = ctx.inv_tau, ctx.chunk, ctx.vchunk
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
@@ -206,20 +235,47 @@ class _HiddenSoftmax(torch.autograd.Function):
                 d_weight = (torch.empty_like if live else torch.zeros_like)(weight, memory_format=torch.contiguous_format)
             if live:
                 _backward_half(hidden, weight, pred_rows, targets, row_max, log_sum, ent, g_lp, g_h,
-                               inv_tau, chunk, vchunk, d_hidden, d_weight)
+                               inv_tau, chunk, vchunk, d_hidden, d_weight, ctx.kept)
         else:
             d_weight = torch.zeros(V, D, dtype=cdt, device=dev) if need_w else None
             if live:
                 _backward_native(hidden, weight, pred_rows, targets, row_max, log_sum, ent, g_lp, g_h,
-                                 inv_tau, chunk, vchunk, d_hidden, d_weight)
+                                 inv_tau, chunk, vchunk, d_hidden, d_weight, ctx.kept)
         grad_hidden = None if d_hidden is None else d_hidden.view(B, T, D)
         grad_weight = None if d_weight is None else d_weight.to(weight.dtype)
-        return grad_hidden, grad_weight, None, None, None, None, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None, None, None, None, None
 
 
-def _backward_native(hidden, weight, pred_rows, targets, row_max, log_sum, ent, g_lp, g_h, inv_tau, chunk, vchunk, d_hidden, d_weight):
+def _backward_fast(ctx, grad_lp):
+    """The backward of the bfloat16 log-prob path (:mod:`refimpl.fused_half`)."""
+    hidden, weight, out_pos, pred_rows, targets, top, lse = ctx.saved_tensors
+    need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    B, T, D = hidden.shape
+    n_tok = pred_rows.numel()
+    d_hidden = torch.zeros(B * T, D, dtype=hidden.dtype, device=hidden.device) if need_h else None
+    live = n_tok and grad_lp is not None
+    d_weight = None
+    if need_w:
+        d_weight = (torch.empty_like if live else torch.zeros_like)(weight, memory_format=torch.contiguous_format)
+    if live and (need_h or need_w):
+        g = _upstream(grad_lp, out_pos, torch.float32)
+        h_rows = hidden.reshape(B * T, D).index_select(0, pred_rows)
+        rows = min(ctx.chunk, n_tok)
+        acc = fused_half.backward(h_rows, weight, targets, top, lse, g, ctx.inv_tau, rows, ctx.vchunk, ctx.kept, need_h, d_weight)
+        if acc is not None:
+            d_hidden.index_copy_(0, pred_rows, acc.to(hidden.dtype))
+    grad_hidden = None if d_hidden is None else d_hidden.view(B, T, D)
+    return grad_hidden, d_weight, None, None, None, None, None, None, None, None
+
+
+def _chunks(n_tok: int, rows: int, n_kept: int) -> list[slice]:
+    return [slice(a, b) for a, b in fused_half.token_chunks(n_tok, rows, n_kept)]
+
+
+def _backward_native(hidden, weight, pred_rows, targets, row_max, log_sum, ent, g_lp, g_h, inv_tau, chunk, vchunk, d_hidden, d_weight, kept):
     """The backward in the compute dtype (float32/float64; float16 on CPU upcast tile by tile): token
-    chunks outside, vocabulary tiles inside; d_hidden / d_weight (compute dtype) filled in place."""
+    chunks outside, vocabulary tiles inside; d_hidden / d_weight (compute dtype) filled in place. The
+    first tokens' tiles come from ``kept`` (the forward's y, per vocabulary tile) when given."""
     B, T, D = hidden.shape
     V = weight.shape[0]
     _, cdt = compute_dtypes(hidden)
@@ -230,8 +286,8 @@ def _backward_native(hidden, weight, pred_rows, targets, row_max, log_sum, ent, 
     tiles = _Tiles(rows, width, D, cdt, cdt, dev, False, g_h is not None, backward=True)
     w_tiles = _WeightTiles(weight, cdt, vchunk)
     h_flat = hidden.reshape(B * T, D)
-    for chunk_start in range(0, n_tok, rows):
-        sl = slice(chunk_start, chunk_start + rows)
+    n_kept = 0 if kept is None else kept[0].shape[0]
+    for sl in _chunks(n_tok, rows, n_kept):
         chunk_rows = pred_rows[sl]
         h_chunk = _chunk_rows(h_flat, chunk_rows, cdt, inv_tau)  # h/τ: dW = dzᵀ·(h/τ)
         n = h_chunk.shape[0]
@@ -252,12 +308,13 @@ def _backward_native(hidden, weight, pred_rows, targets, row_max, log_sum, ent, 
         if d_weight is not None:  # the right operand of dW += qᵀ·rhs
             rhs = h_chunk if row_factor is None else h_chunk * row_factor.unsqueeze(1)
         acc = torch.zeros(n, D, dtype=cdt, device=dev) if need_h else None
-        for vocab_start in range(0, V, vchunk):
+        for ti, vocab_start in enumerate(range(0, V, vchunk)):
             w_tile = w_tiles.get(vocab_start)
+            keep = None if sl.start >= n_kept else kept[ti][sl]
             if g_h is None:
-                q = tiles.probs(h_chunk, w_tile, shift, inv_tau)
+                q = tiles.probs(h_chunk, w_tile, shift, inv_tau, keep)
             else:
-                y = tiles.log_probs(h_chunk, w_tile, shift, inv_tau)
+                y = tiles.log_probs(h_chunk, w_tile, shift, inv_tau, keep)
                 q = tile_grad_(y, tiles.view(tiles.scratch, n, y.shape[1]), coef_logp, coef_one)
             d_w = None if d_weight is None else d_weight[vocab_start : vocab_start + vchunk]
             tiles.accumulate(q, w_tile, rhs, acc, d_w)
@@ -271,13 +328,14 @@ def _backward_native(hidden, weight, pred_rows, targets, row_max, log_sum, ent, 
             d_weight.index_add_(0, tgt, h_chunk * g_lp[sl].unsqueeze(1))
 
 
-def _backward_half(hidden, weight, pred_rows, targets, row_max, log_sum, ent, g_lp, g_h, inv_tau, chunk, vchunk, d_hidden, d_weight):
+def _backward_half(hidden, weight, pred_rows, targets, row_max, log_sum, ent, g_lp, g_h, inv_tau, chunk, vchunk, d_hidden, d_weight, kept):
     """The backward with half GEMMs: vocabulary tiles outside, token chunks inside, so that each
     tile of d_weight accumulates in float32 over all tokens and is written once in the half dtype
     (no float32 copy of d_weight); d_hidden accumulates in float32 for the valid rows. Per tile:
     log p from one GEMM shifted by the saved log-sum-exp, the tile gradient in float32 with its
     one-hot term (so that a dominant target cancels inside the GEMMs), d_hidden += q·W (float32
-    GEMM, the W tile upcast), d_weight += half(q)ᵀ·rhs (half GEMM). See the module docstring."""
+    GEMM, the W tile upcast), d_weight += half(q)ᵀ·rhs (half GEMM). See the module docstring. The
+    first tokens' float tiles come from ``kept`` when given."""
     B, T, D = hidden.shape
     V = weight.shape[0]
     gdt, cdt = hidden.dtype, compute_dtypes(hidden)[1]
@@ -308,17 +366,20 @@ def _backward_half(hidden, weight, pred_rows, targets, row_max, log_sum, ent, g_
         rhs = (rhs.mul_(inv_tau) if inv_tau != 1.0 else rhs).to(gdt)
     acc = torch.zeros(n_tok, D, dtype=cdt, device=dev) if need_h else None
     dw_tile = torch.empty(width, D, dtype=cdt, device=dev) if need_w else None
-    for vocab_start in range(0, V, vchunk):
+    n_kept = 0 if kept is None else kept[0].shape[0]
+    for ti, vocab_start in enumerate(range(0, V, vchunk)):
         w_tile = weight[vocab_start : vocab_start + vchunk]
         v = w_tile.shape[0]
         w_float = tiles.w_float[:v].copy_(w_tile) if need_h else None
         if need_w:
             dw_tile[:v].zero_()
-        for chunk_start in range(0, n_tok, rows):
-            sl = slice(chunk_start, chunk_start + rows)
+        for sl in _chunks(n_tok, rows, n_kept):
             h_chunk = h_rows[sl]
             n = h_chunk.shape[0]
-            y = tiles.log_probs(h_chunk, w_tile, (neg_s_half[sl], rest[sl]), inv_tau)
+            if sl.start < n_kept:
+                y = tiles.log_probs(h_chunk, w_tile, (row_max[sl].unsqueeze(1), log_sum[sl].unsqueeze(1)), inv_tau, kept[ti][sl])
+            else:
+                y = tiles.log_probs(h_chunk, w_tile, (neg_s_half[sl], rest[sl]), inv_tau)
             if g_h is None:
                 q = y.exp_()
             else:
@@ -420,17 +481,26 @@ def _run(
     want_entropy: bool,
     chunk_size: object,
     vocab_chunk_size: object,
+    memory_budget: object,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     m = check_mask(fn, mask)
     out_pos, pred_rows = valid_positions(m)
     h, w = check_hidden_and_weight(fn, hidden, weight, m, pred_rows)
     tau = check_real(fn, "temperature", temperature, gt=0.0)
+    budget = fused_budget.resolve(fn, memory_budget, h.device)
     targets = None
     if want_lp:
         ids = check_token_ids(fn, input_ids, m, w.shape[0])
         targets = ids.reshape(-1).index_select(0, out_pos).long()
     chunk, vchunk = _tile_sizes(fn, w.shape[0], want_entropy, chunk_size, vocab_chunk_size, h.device.type == "cuda")
-    return _HiddenSoftmax.apply(h, w, out_pos, pred_rows, targets, 1.0 / tau, want_entropy, chunk, vchunk)
+    return _HiddenSoftmax.apply(h, w, out_pos, pred_rows, targets, 1.0 / tau, want_entropy, chunk, vchunk, budget)
+
+
+_BUDGET_DOC = """``memory_budget``: None (the default) keeps no [N, V] state: the backward recomputes the logits
+    (8·N·D·V FLOPs in all). A number of bytes, or ``"auto"`` (half the device's free memory), bounds
+    the memory the call uses beyond its inputs, gradients included; what the working set leaves of
+    it keeps the forward's softmax tiles of as many tokens as fit, whose backward then skips the
+    logits GEMM (6·N·D·V FLOPs when all fit). See ``refimpl.fused_budget``."""
 
 
 def token_logprobs_from_hidden(
@@ -442,10 +512,11 @@ def token_logprobs_from_hidden(
     temperature: float = 1.0,
     chunk_size: int | None = None,
     vocab_chunk_size: int | None = None,
+    memory_budget: int | str | None = None,
 ) -> torch.Tensor:
-    """Spec: logprob.fused. = token_logprobs(hidden @ weight.T, ...) via token chunks × vocab tiles, online log-sum-exp, recompute in backward."""
+    """Spec: logprob.fused. = token_logprobs(hidden @ weight.T, ...) via token chunks × vocab tiles, online log-sum-exp, recompute in backward (within ``memory_budget``)."""
     fn = "token_logprobs_from_hidden"
-    lp, _ = _run(fn, hidden, weight, input_ids, mask, temperature, True, False, chunk_size, vocab_chunk_size)
+    lp, _ = _run(fn, hidden, weight, input_ids, mask, temperature, True, False, chunk_size, vocab_chunk_size, memory_budget)
     return lp
 
 
@@ -457,10 +528,11 @@ def token_entropy_from_hidden(
     temperature: float = 1.0,
     chunk_size: int | None = None,
     vocab_chunk_size: int | None = None,
+    memory_budget: int | str | None = None,
 ) -> torch.Tensor:
-    """Spec: logprob.fused. = token_entropy(hidden @ weight.T, ...) via token chunks × vocab tiles, online entropy stats, recompute in backward."""
+    """Spec: logprob.fused. = token_entropy(hidden @ weight.T, ...) via token chunks × vocab tiles, online entropy stats, recompute in backward (within ``memory_budget``)."""
     fn = "token_entropy_from_hidden"
-    _, ent = _run(fn, hidden, weight, None, mask, temperature, False, True, chunk_size, vocab_chunk_size)
+    _, ent = _run(fn, hidden, weight, None, mask, temperature, False, True, chunk_size, vocab_chunk_size, memory_budget)
     return ent
 
 
@@ -473,7 +545,8 @@ def token_logprobs_and_entropy_from_hidden(
     temperature: float = 1.0,
     chunk_size: int | None = None,
     vocab_chunk_size: int | None = None,
+    memory_budget: int | str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Spec: logprob.fused. (token_logprobs, token_entropy) of hidden @ weight.T in one tiled pass (one GEMM per tile forward, three backward)."""
+    """Spec: logprob.fused. (token_logprobs, token_entropy) of hidden @ weight.T in one tiled pass (one GEMM per tile forward, three backward; within ``memory_budget``)."""
     fn = "token_logprobs_and_entropy_from_hidden"
-    return _run(fn, hidden, weight, input_ids, mask, temperature, True, True, chunk_size, vocab_chunk_size)
+    return _run(fn, hidden, weight, input_ids, mask, temperature, True, True, chunk_size, vocab_chunk_size, memory_budget)

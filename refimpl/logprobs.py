@@ -42,12 +42,13 @@ def valid_positions(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def tile_stats_(
-    y: torch.Tensor, scratch: torch.Tensor | None
+    y: torch.Tensor, scratch: torch.Tensor | None, work: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Per row of a tile of scaled logits ``y`` [n, v] (overwritten): max ``m``, ``s = Σ e^(y-m)``
-    and, when ``scratch`` (same shape) is given for the entropy, ``t = Σ e^(y-m)·(y-m)``."""
+    """Per row of a tile of scaled logits ``y`` [n, v] (overwritten, unless a ``work`` tile of the same
+    shape is given): max ``m``, ``s = Σ e^(y-m)`` and, when ``scratch`` (same shape) is given for the
+    entropy, ``t = Σ e^(y-m)·(y-m)``."""
     m = y.amax(dim=1)
-    y.sub_(m.unsqueeze(1))
+    y = y.sub_(m.unsqueeze(1)) if work is None else torch.sub(y, m.unsqueeze(1), out=work)
     if scratch is None:
         y.exp_()
         return m, y.sum(dim=1), None

@@ -50,3 +50,34 @@ def test_half_gemms_match_float32_math_over_vocabulary_tiles(monkeypatch):
         outs[half] = [x.double() for x in (lp, ent, *grads)]
     for a, b in zip(outs[True], outs[False]):
         assert (a - b).abs().max() <= 2**-7 * b.abs().max() + 1e-3
+
+
+@pytest.mark.parametrize("budget", [None, 1 << 40], ids=["recomputed", "kept"])
+@pytest.mark.parametrize("scale", [60.0, -60.0], ids=["overflow", "underflow"])
+def test_bfloat16_logits_beyond_the_exp_range(budget, scale):
+    """|z/τ| > 88 in some rows (exp(z/τ) overflows, or underflows for every entry): those tokens are
+    redone with their maximum as the shift; values and gradients as float64 within bfloat16 rounding."""
+    g = torch.Generator().manual_seed(3)
+    B, T, D, V = 2, 12, 8, 300
+    hidden = torch.randn(B, T, D, generator=g)
+    hidden[0] += scale / 4  # row 0: every logit beyond +-88·τ (weight entries positive)
+    weight = torch.rand(V, D, generator=g) + 0.5
+    hidden, weight = hidden.bfloat16(), weight.bfloat16()
+    ids = torch.randint(0, V, (B, T), generator=g)
+    mask = torch.ones(B, T, dtype=torch.bool)
+    mask[:, 0] = False
+    up = torch.randn(B, T, generator=g)
+    tau = 0.5
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    lp = refimpl.token_logprobs_from_hidden(h, w, ids, mask, temperature=tau, memory_budget=budget)
+    gh, gw = torch.autograd.grad((lp.float() * up).sum(), (h, w))
+    hd, wd = hidden.double().requires_grad_(), weight.double().requires_grad_()
+    z = hd[:, :-1] @ wd.t() / tau
+    assert bool((z[0].abs().amin(dim=-1) > 88).all())
+    ref = torch.zeros(B, T, dtype=torch.float64)
+    ref[:, 1:] = torch.log_softmax(z, -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    rh, rw = torch.autograd.grad((ref * up.double()).sum(), (hd, wd))
+    assert torch.isfinite(lp.float()).all()
+    assert ((lp.double() - ref).abs() <= 6e-2 + 8e-3 * ref.abs()).all()
+    for a, b in ((gh, rh), (gw, rw)):
+        assert ((a.double() - b).abs() <= 3e-2 + 3e-2 * b.abs()).all()

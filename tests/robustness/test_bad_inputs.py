@@ -94,7 +94,7 @@ REALS = ("temperature", "eps", "eps_low", "eps_high", "dual_clip", "clip", "log_
          "lambda_neg", "w_min", "w_max", "weight_cap", "fraction", "cov_low", "cov_high", "coef",
          "rho", "entropy_coef", "target", "horizon", "delta", "coef_min", "coef_max",
          "factor", "truncated_scale", "truncated_value", "truncated_shift", "clip_low", "clip_high")
-INTS = ("std_ddof", "chunk_size", "vocab_chunk_size", "vocab_start", "dp_world_size", "version", "max_length",
+INTS = ("std_ddof", "chunk_size", "vocab_chunk_size", "memory_budget", "vocab_start", "dp_world_size", "version", "max_length",
         "buffer")
 BOOLS = ("shift_mean", "reduce_hidden_grad", "batch_normalize", "weight_kl", "zero_tail")
 LAYOUTS = ("cu_seqlens", "position_ids")  # packed rows: exactly one of the two
@@ -126,6 +126,7 @@ KEYWORD_VALUES: dict[str, tuple[Any, ...]] = {
     "std_ddof": (-1,),
     "chunk_size": (0, -1),
     "vocab_chunk_size": (0, -1),
+    "memory_budget": (-1,),
     "vocab_start": (-1,),
     "dp_world_size": (0, -2),
     # lo / hi bound a ratio (> 0) in rollout_is_weights but a KL estimate (any real) in

@@ -1,0 +1,262 @@
+"""The bfloat16 fast path of the fused token log-probs (spec id ``logprob.fused``; log-probs alone).
+
+Used by :mod:`refimpl.fused_logprobs` for bfloat16 inputs when only log-probs are asked. Every GEMM
+runs in bfloat16 (float32 accumulation inside), and the tile math runs on the bfloat16 GEMM
+outputs: forward + backward is four bfloat16 GEMMs (8·N·D·V FLOPs; 6·N·D·V for kept tokens) and
+three passes over the tiles. The precision comes from where each rounding happens:
+
+- **forward, float32 logits from one GEMM.** The bfloat16 rows and weight tiles are held in float32
+  and multiplied in oneDNN's bf16 "fpmath" mode (:func:`_bf16_products`): bfloat16 products are exact
+  in float32 and accumulate in float32, so the logits are float32-accurate, at (about half) the
+  bfloat16 GEMM rate; a bfloat16 GEMM would round each logit to 2^-9·|z|, and a log-sum-exp off by
+  that much scales every ``p`` of the backward by as much (seed 1070 of the conformance cases:
+  ``log p_y = −23`` gives a 4% error in ``d hidden``). ``Σ_j exp(z_j/τ)`` needs no running maximum;
+  tokens whose sum over- or underflows (``|z/τ| > ~88``) are redone with the row's maximum as shift.
+  ``z_y = h·W[y]`` is a float32 dot product per token; ``log p_y = z_y/τ − lse``.
+- **backward, one GEMM shifted by the log-sum-exp.** For recomputed tokens ``addmm(−bf16(τ·lse))``
+  gives ``round(z − τ·lse)``, so ``log p`` is off by 2^-9·|log p| (exact where ``p`` is large); ``e =
+  exp(·/τ)`` in place, and the remainder ``τ·lse − bf16(τ·lse)`` becomes a per-row scale. Kept tokens
+  (a memory budget) reuse the forward's ``e`` with the scale ``1/Σe``. So ``p_rj = e_rj·scale_r``.
+- **the target entry formed exactly.** The tile gradient is ``g/τ·(onehot − p)``; its target entry
+  ``p_y − 1 = expm1(log p_y)`` is computed in float32 from the forward's log-prob and written into the
+  tile (divided by the row's scale) before it is rounded, instead of adding −1 to a rounded ``p_y``.
+  Then ``d hidden = −g/τ·scale ⊙ (q·W)`` is a bfloat16 GEMM: when one token dominates, the sum over
+  the vocabulary is ``Σ_{j≠y} p_j W_j − (1 − p_y)·W_y``, whose two parts are both of size ``1 − p_y``
+  and each carry only their own 2^-9 rounding (a rounded ``p_y`` minus 1 would have left an error
+  2^-9·|W_y| in a result of size ``1 − p_y``).
+
+Loop order in the backward: vocabulary tiles outside; the recomputed tokens in chunks of up to
+``_Q_ROWS``, each tile computed in sub-chunks of ``rows`` tokens so that the ``exp`` runs from cache;
+each tile of ``d weight`` is one GEMM over all tokens written once in bfloat16 (float32 accumulation
+when the tokens need more than one chunk), ``d hidden`` accumulates in float32.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+# The [rows, vocab tile] bfloat16 buffer of recomputed tile gradients in the backward: at most this
+# many bytes (32 MB: 8192 tokens x 2048 vocabulary entries), so that a tile of d weight is usually
+# one GEMM over all tokens.
+_Q_BYTES = 32 << 20
+
+
+def token_chunks(n_tok: int, rows: int, n_kept: int) -> list[tuple[int, int]]:
+    """Token ranges of at most ``rows``, none straddling the first ``n_kept`` (kept) tokens."""
+    return [(a, min(stop, a + rows)) for lo, stop in ((0, n_kept), (n_kept, n_tok)) for a in range(lo, stop, rows)]
+
+
+class KeptTiles:
+    """The forward's ``e`` tiles of the first ``n_kept`` tokens, one [n_kept, v] tensor per vocabulary
+    tile (bfloat16), and their row sums ``S`` (float32), for a backward without recomputation."""
+
+    def __init__(self, n_kept: int, V: int, vchunk: int, dtype: torch.dtype, device: torch.device):
+        self.n = n_kept
+        self.tiles = [torch.empty(n_kept, min(vchunk, V - v0), dtype=dtype, device=device) for v0 in range(0, V, vchunk)]
+        self.row_sum = torch.empty(n_kept, dtype=torch.float32, device=device)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tiles) + self.row_sum.numel() * 4
+
+
+def forward(
+    h_rows: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    inv_tau: float,
+    rows: int,
+    vchunk: int,
+    kept: KeptTiles | None,
+    want_top: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(log p_y, lse, top) per token [n_tok]: ``lse`` the log-sum-exp of z/τ, ``top`` the most probable
+    token (None without ``want_top``: a forward without backward). ``h_rows`` [n_tok, D] bfloat16; the tiles of the first ``kept.n`` tokens are left in
+    ``kept``. Vocabulary tiles outside (each weight tile is converted to float32 once), token chunks
+    inside."""
+    n_tok, D = h_rows.shape
+    dev = h_rows.device
+    h32 = h_rows.float()
+    z_y = (h32 * weight.index_select(0, targets).float()).sum(dim=1)  # exact products, float32 sums
+    top = torch.zeros(n_tok, dtype=torch.long, device=dev) if want_top else None
+    row_sum = _sum_exp(h32, weight, None, inv_tau, rows, vchunk, kept, top)
+    c = torch.zeros(n_tok, dtype=torch.float32, device=dev)
+    bad = ~(torch.isfinite(row_sum) & (row_sum > 0))
+    if bool(bad.any()):  # exp over- or underflowed (|z/τ| > ~88): shift those tokens by their maximum
+        idx = bad.nonzero().squeeze(1)
+        c[idx] = _row_max(h32[idx], weight, vchunk)
+        row_sum[idx] = _sum_exp(h32[idx], weight, c[idx], inv_tau, rows, vchunk, None, None)
+        if kept is not None and bool((idx < kept.n).any()):  # rare: redo the kept tiles with the shifts
+            row_sum = _sum_exp(h32, weight, c, inv_tau, rows, vchunk, kept, None)
+    if kept is not None:
+        kept.row_sum.copy_(row_sum[: kept.n])
+    lse = row_sum.log_().add_(c, alpha=inv_tau)  # log Σ_j exp((z_j − c)/τ) + c/τ
+    return z_y.mul_(inv_tau).sub_(lse), lse, top
+
+
+def _sum_exp(h32, weight, c, inv_tau, rows, vchunk, kept, top) -> torch.Tensor:
+    """Σ_j exp((z_j − c)/τ) per token (c = 0 when None; the e tiles of the first ``kept.n`` tokens go
+    to ``kept``, rounded to bfloat16 once; the argmax of z into ``top`` when given), with float32
+    GEMMs of the bfloat16 values (exact products, see :func:`_bf16_products`)."""
+    n_tok = h32.shape[0]
+    V = weight.shape[0]
+    width = min(vchunk, V)
+    total = torch.zeros(n_tok, dtype=torch.float32, device=h32.device)
+    buf = torch.empty(min(rows, n_tok) * width, dtype=torch.float32, device=h32.device)
+    w32 = torch.empty(width, h32.shape[1], dtype=torch.float32, device=h32.device)
+    neg_c = None if c is None else c.neg().unsqueeze(1)
+    best = None if top is None else torch.full((n_tok,), -torch.inf, device=h32.device)
+    n_kept = 0 if kept is None else kept.n
+    chunks = token_chunks(n_tok, rows, n_kept)
+    with _bf16_products():
+        for ti, v0 in enumerate(range(0, V, vchunk)):
+            w = w32[: min(vchunk, V - v0)].copy_(weight[v0 : v0 + vchunk])
+            v = w.shape[0]
+            for a, b in chunks:
+                e = buf[: (b - a) * v].view(b - a, v)
+                if neg_c is None:
+                    torch.mm(h32[a:b], w.t(), out=e)
+                else:
+                    torch.addmm(neg_c[a:b], h32[a:b], w.t(), out=e)
+                if best is not None:
+                    mx, ix = e.max(dim=1)
+                    up = mx > best[a:b]
+                    best[a:b] = torch.where(up, mx, best[a:b])
+                    top[a:b] = torch.where(up, ix + v0, top[a:b])
+                if inv_tau != 1.0:
+                    e.mul_(inv_tau)
+                if a < n_kept:
+                    e = torch.exp(e, out=kept.tiles[ti][a:b])
+                    total[a:b] += e.sum(dim=1, dtype=torch.float32)
+                else:
+                    total[a:b] += e.exp_().sum(dim=1)
+    return total
+
+
+def _row_max(h32, weight, vchunk) -> torch.Tensor:
+    m = None
+    with _bf16_products():
+        for v0 in range(0, weight.shape[0], vchunk):
+            z = torch.mm(h32, weight[v0 : v0 + vchunk].float().t()).amax(dim=1)
+            m = z if m is None else torch.maximum(m, z)
+    return m
+
+
+@contextlib.contextmanager
+def _bf16_products():
+    """float32 GEMMs computed from bfloat16 operands with float32 accumulation (oneDNN's bf16
+    "fpmath" mode, on the CPU's bfloat16 units where it has them). The forward's operands are
+    bfloat16 values held in float32, so this is exact up to float32 accumulation, at the bfloat16
+    rate; the mode is restored on exit."""
+    mk = torch.backends.mkldnn.matmul
+    old = mk.fp32_precision
+    mk.fp32_precision = "bf16"
+    try:
+        yield
+    finally:
+        mk.fp32_precision = old
+
+
+def backward(
+    h_rows: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    top: torch.Tensor,
+    lse: torch.Tensor,
+    g: torch.Tensor,
+    inv_tau: float,
+    rows: int,
+    vchunk: int,
+    kept: KeptTiles | None,
+    need_h: bool,
+    d_weight: torch.Tensor | None,
+) -> torch.Tensor | None:
+    """dL/dh for the rows of ``h_rows`` (float32 [n_tok, D], None unless ``need_h``); fills
+    ``d_weight`` (bfloat16 [V, D]) when given. ``g`` is dL/d(log p_y), float32 [n_tok]; ``top`` the
+    most probable token of each row (from the forward)."""
+    n_tok, D = h_rows.shape
+    V = weight.shape[0]
+    dev, hdt = h_rows.device, h_rows.dtype
+    n_kept = 0 if kept is None else kept.n
+    # dL/dz = f0·(p − onehot_y) with f0 = −g/τ, written as f0·(p − onehot_d) + f0·(onehot_d − onehot_y),
+    # d = top: the tile carries q = p − onehot_d (every entry of size <= 1 − p_d when d dominates) and
+    # the second part is added exactly: W_d − W_y into d hidden, ±f0·h into rows d, y of d weight.
+    # p_rj = e_rj·scale_r: recomputed rows e = exp(round(z − s_half)/τ), scale = exp(−(τ·lse − s_half)/τ);
+    # kept rows e from the forward, scale = 1/Σe.
+    s = lse / inv_tau
+    s_half = s.to(hdt)
+    scale = torch.empty(n_tok, dtype=torch.float32, device=dev)
+    scale[n_kept:] = torch.exp((s_half[n_kept:].float() - s[n_kept:]) * inv_tau)
+    if n_kept:
+        scale[:n_kept] = kept.row_sum.reciprocal()
+    f0 = g * -inv_tau
+    factor = f0 * scale  # dL/dz_rj = factor_r·q_rj + f0_r·(onehot_d − onehot_y)
+    h32 = h_rows.float()
+    w_top = weight.index_select(0, top).float()
+    logp_top = (h32 * w_top).sum(dim=1).mul_(inv_tau).sub_(lse)
+    top_q = torch.expm1(logp_top).div_(scale)  # q at d: (p_d − 1)/scale, formed before any rounding
+    moved = top != targets  # rows whose exact part is not 0
+    neg_s = s_half.neg().unsqueeze(1)
+    rhs = (h32 * factor.unsqueeze(1)).to(hdt) if d_weight is not None else None
+    exact_rows = h32.mul_(f0.unsqueeze(1)) if d_weight is not None else None  # f0·h (h32 is not needed after)
+    acc = torch.zeros(n_tok, D, dtype=torch.float32, device=dev) if need_h else None
+    q_rows = max(rows, min(n_tok - n_kept, _Q_BYTES // (2 * min(vchunk, V))))
+    q_buf = torch.empty(q_rows * min(vchunk, V), dtype=hdt, device=dev) if n_kept < n_tok else None
+    segments = ([(0, n_kept)] if n_kept else []) + [(a, min(n_tok, a + q_rows)) for a in range(n_kept, n_tok, q_rows)]
+    for ti, v0 in enumerate(range(0, V, vchunk)):
+        w = weight[v0 : v0 + vchunk]
+        v = w.shape[0]
+        dw_acc = torch.zeros(v, D, dtype=torch.float32, device=dev) if d_weight is not None else None
+        for a, b in segments:
+            if a < n_kept:
+                q = kept.tiles[ti]
+            else:
+                q = q_buf[: (b - a) * v].view(b - a, v)
+                for r0 in range(a, b, rows):  # sub-chunks: the exp runs from cache
+                    r1 = min(b, r0 + rows)
+                    e = torch.addmm(neg_s[r0:r1], h_rows[r0:r1], w.t(), out=q[r0 - a : r1 - a])
+                    if inv_tau != 1.0:
+                        e.mul_(inv_tau)
+                    e.exp_()
+            restore = _set_entries(q, top[a:b], top_q[a:b], v0, v, keep_old=a < n_kept)
+            if acc is not None:
+                acc[a:b] += torch.mm(q, w)
+            if dw_acc is not None:
+                dw_acc += torch.mm(q.t(), rhs[a:b])
+            if restore is not None:  # the kept tiles stay valid for another backward
+                q.view(-1).index_copy_(0, *restore)
+        if dw_acc is not None:
+            _add_rows(dw_acc, top, exact_rows, v0, v, moved, 1.0)
+            _add_rows(dw_acc, targets, exact_rows, v0, v, moved, -1.0)
+            d_weight[v0 : v0 + v].copy_(dw_acc)
+    if acc is None:
+        return None
+    acc.mul_(factor.unsqueeze(1))
+    sel = moved.nonzero().squeeze(1)
+    if sel.numel():
+        diff = w_top[sel].sub_(weight.index_select(0, targets[sel]).float())
+        acc.index_add_(0, sel, diff.mul_(f0[sel].unsqueeze(1)))
+    return acc
+
+
+def _set_entries(q, cols, values, v0, v, keep_old):
+    """q[r, cols_r − v0] = values[r] for the rows whose column lies in this tile; with ``keep_old`` the
+    (flat index, old values) to restore."""
+    local = cols - v0
+    inside = (local >= 0) & (local < v)
+    if not bool(inside.any()):
+        return None
+    r = inside.nonzero().squeeze(1)
+    flat = r * v + local[r]
+    old = q.view(-1).index_select(0, flat) if keep_old else None
+    q.view(-1).index_copy_(0, flat, values[r].to(q.dtype))
+    return None if old is None else (flat, old)
+
+
+def _add_rows(dw, cols, rows, v0, v, moved, sign):
+    """dw[cols_r − v0] += sign·rows[r] for the moved rows whose column lies in this tile."""
+    local = cols - v0
+    r = (moved & (local >= 0) & (local < v)).nonzero().squeeze(1)
+    if r.numel():
+        dw.index_add_(0, local[r], rows[r], alpha=sign)
