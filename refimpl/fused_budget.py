@@ -55,11 +55,15 @@ def working_bytes(
     (the shape of d hidden), ``n_tok`` the predicting rows, ``rows`` × ``vchunk`` the tile."""
     size = torch.empty((), dtype=dtype).element_size()
     width = min(vchunk, V)
-    if half_path:  # refimpl.fused_half: d weight, d hidden, rows (x2), rhs, float32 acc + temp, q buffer, tiles
+    if half_path:  # refimpl.fused_half, backward (the larger half): d weight, d hidden; per [n_tok, D]
+        # element the rows, rhs, the float32 d hidden accumulator and its final cast; the q buffer, a
+        # GEMM output, the float32 d weight tile and its GEMM output, chunk temporaries
         from refimpl.fused_half import _Q_BYTES
 
-        q = min(_Q_BYTES, max(rows, n_tok) * width * size)
-        return V * D * size + n_rows * D * size + n_tok * D * (3 * size + 8 + size) + q + 2 * width * D * 4 + rows * width * size + 64 * n_tok
+        q_rows = max(rows, min(n_tok, _Q_BYTES // (size * width)))
+        temps = q_rows * width * size + q_rows * D * size + 2 * width * D * 4 + 2 * rows * D * 4
+        total = V * D * size + n_rows * D * size + n_tok * D * (3 * size + 4) + temps + 64 * n_tok
+        return int(1.05 * total) + (2 << 20)
     cdt_size = max(4, size)
     grads = V * D * cdt_size + n_rows * D * size + (V * D * size if size != cdt_size else 0)
     if size < 4:  # the half backward: rows, rhs and a float32 d hidden accumulator over all tokens

@@ -120,12 +120,10 @@ class _Tiles:
         GEMM, then the float32 remainder ``(s − s_half)`` and 1/τ (``shift`` = (−s_half, s − s_half))."""
         n, v = h_chunk.shape[0], w_tile.shape[0]
         y = self.view(self.y, n, v)
-        if kept is not None:  # y − m − log s without touching the kept tile
+        if kept is not None or not self.half:  # y − m − log s (− m alone when log s is None)
             m, log_s = shift
-            return torch.sub(kept, m, out=y).sub_(log_s)
-        if not self.half:
-            m, log_s = shift
-            return torch.mm(h_chunk, w_tile.t(), out=y).sub_(m).sub_(log_s)
+            y = torch.sub(kept, m, out=y) if kept is not None else torch.mm(h_chunk, w_tile.t(), out=y).sub_(m)
+            return y if log_s is None else y.sub_(log_s)
         neg_s_half, rest = shift
         raw = torch.addmm(neg_s_half, h_chunk, w_tile.t(), out=self.view(self.hi, n, v))
         torch.sub(raw, rest, out=y)
@@ -295,10 +293,12 @@ def _backward_native(hidden, weight, pred_rows, targets, row_max, log_sum, ent, 
         tgt = None if g_lp is None else targets[sl]
         # dL/dy (y = z/τ) = g ⊙ (onehot − p) − g_H ⊙ p ⊙ (log p + H). The tiles carry only the
         # dense part; the one-hot part g ⊙ W[x] (dh) and g ⊙ h at rows x (dW) is added exactly
-        # per chunk. Log-probs alone: the tile is p, and the per-row factor −g moves onto the
-        # [n, D] side (dh = −g ⊙ (p·W), dW = pᵀ·(−g ⊙ h)), so the tile pass is one exp.
+        # per chunk. Log-probs alone: the tile is e^(y − m) = s·p, and the per-row factor −g/s
+        # moves onto the [n, D] side (dh = −g/s ⊙ (e·W), dW = eᵀ·(−g/s ⊙ h)), so the tile pass is
+        # one subtraction and one exp.
         if g_h is None:
-            row_factor = -g_lp[sl]
+            row_factor = -g_lp[sl] * torch.exp(-log_sum[sl])
+            shift = (shift[0], None)
         else:
             row_factor, coef_logp = None, -g_h[sl]
             coef_one = coef_logp * ent[sl]
