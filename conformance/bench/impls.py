@@ -18,9 +18,21 @@ so gradients flow to ``hidden`` and ``weight``):
 With ``entropy=True`` the implementations that can also return the entropy (``refimpl``, ``naive``,
 ``trl_fused``) compute log-probs and entropies, and the loss adds ``Σ_t g'_t·H_t``.
 
-GAE implementations: ``refimpl`` (:func:`refimpl.gae`) and ``loop``, the reversed per-step loop of
-verl's ``compute_gae_advantage_return`` (the TRL/OpenRLHF loop plus verl's mask carry, which the
-spec's skipping of masked positions needs).
+GAE implementations (each returns the advantages, 0 at masked positions, and computes the returns too):
+
+- ``refimpl``: :func:`refimpl.gae`;
+- ``loop``: the reversed per-step loop of verl's ``compute_gae_advantage_return`` (the TRL/OpenRLHF
+  loop plus verl's mask carry, which the spec's skipping of masked positions needs);
+- ``torchrl_loop``, ``torchrl_vec``: torchrl 0.14.1's ``generalized_advantage_estimate`` and
+  ``vec_generalized_advantage_estimate`` (``torchrl/objectives/value/functional.py``:120 and :271; the
+  first a reversed loop over time steps, :173, the second ``_fast_vec_gae``, :211: the batch is split
+  into trajectories at the done flags and convolved with [1, γλ, (γλ)², …] truncated below 1e-7, the
+  whole trajectory length at γλ = 1, :183-206), called on the spec's rows as a user maps them
+  (:func:`torchrl_trajectories`): torchrl has no mask, so a row's valid tokens must form one run
+  ending in a ``done`` (= ``terminated``) step; rows with masked gaps are compacted first
+  (:func:`compact_rows`) and the results scattered back. The row's time is the user's whole code
+  (mapping, call, scatter back); the worker also times the call alone. torchrl runs in its own
+  environment (``rlspec frameworks install torchrl``) when it is not importable here.
 """
 
 from __future__ import annotations
@@ -33,7 +45,9 @@ import torch
 
 LOGPROB_IMPLS = ("refimpl", "naive", "trl", "trl_fused", "liger", "cce")
 ENTROPY_IMPLS = ("refimpl", "naive", "trl_fused")
-GAE_IMPLS = ("refimpl", "loop")
+GAE_IMPLS = ("refimpl", "loop", "torchrl_loop", "torchrl_vec")
+# torchrl's functions behind the torchrl GAE rows (torchrl/objectives/value/functional.py)
+TORCHRL_GAE = {"torchrl_loop": "generalized_advantage_estimate", "torchrl_vec": "vec_generalized_advantage_estimate"}
 
 # Scale of the logits: hidden ~ N(0, 1), weight ~ N(0, (3/√D)²), so z ~ N(0, 9) (peaked like a
 # trained LM head, far from uniform). Timing does not depend on it.
@@ -95,17 +109,21 @@ def logprob_inputs(N: int, D: int, V: int, dtype: torch.dtype, device: str, impl
     return LogprobInputs(hidden, rows, weight, ids, targets, mask, g_lp.to(device), g_ent.to(device))
 
 
-def logprob_fn(impl: str, x: LogprobInputs, entropy: bool) -> Callable[[], tuple[torch.Tensor, torch.Tensor | None]]:
-    """A callable returning (log-probs [N] or [B, T], entropies or None) for ``impl`` on ``x``."""
+def logprob_fn(
+    impl: str, x: LogprobInputs, entropy: bool, budget_mb: float | None = None
+) -> Callable[[], tuple[torch.Tensor, torch.Tensor | None]]:
+    """A callable returning (log-probs [N] or [B, T], entropies or None) for ``impl`` on ``x``;
+    ``budget_mb``: refimpl's ``memory_budget`` in MiB (None: its lean default)."""
     if entropy and impl not in ENTROPY_IMPLS:
         raise ValueError(f"{impl} has no entropy output")
     N, D = x.targets.numel(), x.weight.shape[1]
     if impl == "refimpl":
         from refimpl import token_logprobs_and_entropy_from_hidden, token_logprobs_from_hidden
 
+        budget = None if budget_mb is None else int(budget_mb * 2**20)
         if entropy:
-            return lambda: _flat_pair(token_logprobs_and_entropy_from_hidden(x.hidden, x.weight, x.ids, x.mask))
-        return lambda: (token_logprobs_from_hidden(x.hidden, x.weight, x.ids, x.mask)[:, 1:].reshape(N), None)
+            return lambda: _flat_pair(token_logprobs_and_entropy_from_hidden(x.hidden, x.weight, x.ids, x.mask, memory_budget=budget))
+        return lambda: (token_logprobs_from_hidden(x.hidden, x.weight, x.ids, x.mask, memory_budget=budget)[:, 1:].reshape(N), None)
     if impl == "naive":
 
         def naive():
@@ -156,10 +174,14 @@ def _flat_pair(pair: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, t
     return lp[:, 1:].reshape(-1), ent[:, 1:].reshape(-1)
 
 
-def logprob_step(impl: str, x: LogprobInputs, mode: str, entropy: bool) -> Callable[[], tuple[torch.Tensor, torch.Tensor | None]]:
+def logprob_step(
+    impl: str, x: LogprobInputs, mode: str, entropy: bool, budget_mb: float | None = None
+) -> Callable[[], tuple[torch.Tensor, torch.Tensor | None]]:
     """One measured call: the forward (under no_grad) or forward + backward of ``Σ g·logp (+ Σ g'·H)``.
     Returns the (detached) outputs of the call; gradients are left in ``.grad``."""
-    fn = logprob_fn(impl, x, entropy)
+    if budget_mb is not None and impl != "refimpl":
+        raise ValueError(f"a memory budget is a refimpl option, not {impl}'s")
+    fn = logprob_fn(impl, x, entropy, budget_mb)
     if mode == "fwd":
 
         def fwd():
@@ -241,14 +263,87 @@ def gae_loop(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, ga
     return torch.stack(reversed_adv[::-1], dim=1) * m
 
 
-def gae_fn(impl: str, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float) -> Callable[[], torch.Tensor]:
+def compact_rows(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each row's valid tokens moved, in order, to the front of the row: (rewards, values, mask of the
+    compacted rows, the gather index to scatter results back with)."""
+    index = torch.argsort((~mask).to(torch.uint8), dim=1, stable=True)  # valid positions first, in order
+    compact = torch.arange(mask.shape[1], device=mask.device) < mask.sum(dim=1, keepdim=True)
+    return rewards.gather(1, index), values.gather(1, index), compact, index
+
+
+def torchrl_trajectories(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The spec's rows, each row's valid tokens one run, as torchrl's value functions take them, all
+    ``[B, T, 1]`` (time at dim −2): (state_value, next_state_value, reward, done); ``done`` (also
+    passed as ``terminated``, so no value is bootstrapped after it) is True at each row's last valid
+    token, ``next_state_value`` is the values shifted by one (0 after the row). The positions before
+    and after the run are read by no valid advantage."""
+    nxt = torch.zeros_like(values)
+    nxt[:, :-1] = values[:, 1:]
+    done = mask.clone()
+    done[:, :-1] &= ~mask[:, 1:]
+    return values.unsqueeze(-1), nxt.unsqueeze(-1), rewards.unsqueeze(-1), done.unsqueeze(-1)
+
+
+def _torchrl_gae(
+    impl: str, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float, mask_kind: str
+) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
+    """(the user's whole code: mapping, torchrl's call, advantages and returns scattered back; the
+    call alone on inputs mapped once)."""
+    from torchrl.objectives.value import functional
+
+    fn = getattr(functional, TORCHRL_GAE[impl])
+
+    def call(v, nxt, r, done):
+        return fn(gamma, lam, v, nxt, r, done, done)
+
+    def user() -> torch.Tensor:
+        if mask_kind == "runs":
+            adv, target = call(*torchrl_trajectories(rewards, values, mask))
+            return torch.where(mask, adv[..., 0], 0.0), torch.where(mask, target[..., 0], 0.0)
+        r_c, v_c, m_c, index = compact_rows(rewards, values, mask)
+        adv, target = call(*torchrl_trajectories(r_c, v_c, m_c))
+        A = torch.zeros_like(rewards).scatter_(1, index, torch.where(m_c, adv[..., 0], 0.0))
+        R = torch.zeros_like(rewards).scatter_(1, index, torch.where(m_c, target[..., 0], 0.0))
+        return A, R
+
+    if mask_kind == "runs":
+        mapped = torchrl_trajectories(rewards, values, mask)
+    else:
+        r_c, v_c, m_c, _ = compact_rows(rewards, values, mask)
+        mapped = torchrl_trajectories(r_c, v_c, m_c)
+    return (lambda: user()[0]), (lambda: call(*mapped)[0])
+
+
+def gae_fn(
+    impl: str, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float,
+    mask_kind: str = "gaps",
+) -> Callable[[], torch.Tensor]:
+    """A callable returning the advantages [B, T] (0 at masked positions) of ``impl``; ``mask_kind``
+    (see :func:`gae_inputs`) is the layout a user of torchrl knows: "runs" is mapped directly, "gaps"
+    through :func:`compact_rows` (right for any mask)."""
     if impl == "refimpl":
         from refimpl import gae
 
         return lambda: gae(rewards, values, mask, gamma=gamma, lam=lam)[0]
     if impl == "loop":
         return lambda: gae_loop(rewards, values, mask, gamma, lam)
+    if impl in TORCHRL_GAE:
+        return _torchrl_gae(impl, rewards, values, mask, gamma, lam, mask_kind)[0]
     raise ValueError(f"unknown GAE implementation {impl!r}")
+
+
+def gae_call_fn(
+    impl: str, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float, mask_kind: str
+) -> Callable[[], torch.Tensor] | None:
+    """For a torchrl row: its function alone on the inputs mapped once (None for the other rows)."""
+    return _torchrl_gae(impl, rewards, values, mask, gamma, lam, mask_kind)[1] if impl in TORCHRL_GAE else None
+
+
+def gae_bytes(B: int, T: int, dtype: torch.dtype = torch.float32) -> int:
+    """Bytes a GAE call must move at least: read the rewards, values (``dtype``) and the bool mask,
+    write the advantages and returns (``dtype``)."""
+    size = torch.empty((), dtype=dtype).element_size()
+    return B * T * (4 * size + 1)
 
 
 def gae_max_rel_err(adv: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> float:

@@ -4,7 +4,7 @@ The last line of stdout is a JSON object: ``{"ok": true, ...}`` with the measure
 ``{"ok": false, "error": "..."}``. Cases (keys of the JSON object):
 
 - ``{"kind": "logprob", "pass": "time"|"mem", impl, N, D, V, dtype, mode, entropy, device, reps,
-  threads}``: the time pass returns ``times`` (seconds of each measured call after one warm-up
+  threads, memory_budget_mb}`` (the budget only for refimpl, null for its lean default): the time pass returns ``times`` (seconds of each measured call after one warm-up
   call; a timing during which other processes used more than ``MAX_OTHER_CORES`` cores, read
   from ``/proc/stat``, is repeated, at most 3·reps in all, and ``other_cores`` says how many cores
   others used during each kept timing; calls shorter than ``MIN_WINDOW_S`` are timed in batches),
@@ -14,11 +14,18 @@ The last line of stdout is a JSON object: ``{"ok": true, ...}`` with the measure
   ``/proc/self/clear_refs``) during one call minus the resident set just before it, gradients
   cleared (the runner sets ``MALLOC_MMAP_THRESHOLD_`` for this pass so that freed buffers leave the
   process); on CUDA ``torch.cuda.max_memory_allocated`` minus the allocated memory before the call.
-- ``{"kind": "gemm", N, D, V, dtype, device, reps, threads}``: ``torch.mm(a [N, D], b [V, D].T,
-  out=c)`` into a preallocated output; returns ``times``. When the output would exceed
-  ``GEMM_MAX_OUT_BYTES`` it runs as row blocks of ``GEMM_BLOCK_ROWS`` into one reused block.
-- ``{"kind": "gae", impl, B, T, dtype, gamma, lam, mask, device, reps, threads}``: ``times`` and
-  ``max_rel_err`` against the float64 oracle (:func:`oracle.gae`).
+- ``{"kind": "gemm", shape, N, D, V, dtype, device, reps, threads}``: one of the three GEMMs of
+  log-probs with gradients into a preallocated output (``shape``: ``logits`` ``[N, D]·[D, V]``,
+  ``dhidden`` ``[N, V]·[V, D]``, ``dweight`` ``[V, N]·[N, D]``, ``tile``: the same FLOPs in cache-sized
+  tiles, see :func:`run_gemm`); returns
+  ``times``. When the [N, V] operand would exceed ``GEMM_MAX_OUT_BYTES`` it runs as row blocks of
+  ``GEMM_BLOCK_ROWS`` (one reused block).
+- ``{"kind": "gae", impl, B, T, dtype, gamma, lam, mask, device, reps, threads}``: ``times``,
+  ``faults_per_call`` (minor page faults of the process per timed call: first touches of memory the
+  allocator got from the OS) and ``max_rel_err`` against the float64 oracle (:func:`oracle.gae`);
+  for a torchrl row also ``call_times``, torchrl's function alone on inputs mapped once.
+- ``{"kind": "copy", mb, device, reps, threads}``: ``dst.copy_(src)`` of two touched float32 buffers
+  of ``mb`` MiB each; returns ``times`` and ``bytes`` (read + write).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import traceback
 
 GEMM_MAX_OUT_BYTES = 2_200_000_000
 GEMM_BLOCK_ROWS = 2048
+TILE_ROWS, TILE_COLS = 1024, 2048  # the "tile" GEMM: refimpl's default CPU tile
 # A timed call is "contended" when other processes used more than this many cores meanwhile.
 MAX_OTHER_CORES = 0.3
 MIN_WINDOW_S = 0.2
@@ -113,7 +121,7 @@ def run_logprob(case: dict) -> dict:
     grad = case["mode"] == "fwd+bwd"
     entropy = bool(case.get("entropy", False))
     x = impls.logprob_inputs(case["N"], case["D"], case["V"], dtype, device, case["impl"], grad, seed=case.get("seed", 0))
-    step = impls.logprob_step(case["impl"], x, case["mode"], entropy)
+    step = impls.logprob_step(case["impl"], x, case["mode"], entropy, case.get("memory_budget_mb"))
     first, out = _timed(step, device)
     del out
     impls.clear_grads(x)
@@ -150,25 +158,61 @@ def run_logprob(case: dict) -> dict:
 
 
 def run_gemm(case: dict) -> dict:
+    """One of the three GEMMs of log-probs with their gradient (``shape``): ``logits`` [N, D]·[D, V],
+    ``dhidden`` [N, V]·[V, D] and ``dweight`` [V, N]·[N, D] (the [N, V] operand in row blocks when it
+    would exceed GEMM_MAX_OUT_BYTES, one block reused), or ``tile``: the N·D·V multiply-adds as
+    [TILE_ROWS, D]·[D, TILE_COLS] GEMMs whose output stays in cache."""
     import torch
 
     device = case.get("device", "cpu")
     dtype = getattr(torch, case["dtype"])
     N, D, V = case["N"], case["D"], case["V"]
+    kind = case.get("shape", "logits")
     gen = torch.Generator().manual_seed(0)
-    a = torch.randn(N, D, generator=gen).to(dtype).to(device)
-    b = torch.randn(V, D, generator=gen).to(dtype).to(device)
-    blocked = N * V * a.element_size() > GEMM_MAX_OUT_BYTES and device != "cuda"
+    size = torch.empty((), dtype=dtype).element_size()
+    blocked = N * V * size > GEMM_MAX_OUT_BYTES and device != "cuda"
     rows = GEMM_BLOCK_ROWS if blocked else N
-    c = torch.empty(rows, V, dtype=dtype, device=device)
+    b = torch.randn(V, D, generator=gen).to(dtype).to(device)
+    if kind == "logits":
+        a = torch.randn(N, D, generator=gen).to(dtype).to(device)
+        c = torch.empty(rows, V, dtype=dtype, device=device)
 
-    def gemm():
-        for s in range(0, N, rows):
-            torch.mm(a[s : s + rows], b.t(), out=c[: min(rows, N - s)])
+        def gemm():
+            for s in range(0, N, rows):
+                torch.mm(a[s : s + rows], b.t(), out=c[: min(rows, N - s)])
+    elif kind in ("dhidden", "dweight"):
+        q = torch.randn(rows, V, generator=gen).to(dtype).to(device)
+        h = torch.randn(rows, D, generator=gen).to(dtype).to(device)
+        out = torch.zeros(rows, D, dtype=dtype, device=device) if kind == "dhidden" else torch.zeros(V, D, dtype=dtype, device=device)
+
+        def gemm():
+            for s in range(0, N, rows):
+                n = min(rows, N - s)
+                if kind == "dhidden":
+                    torch.mm(q[:n], b, out=out[:n])
+                else:
+                    out.addmm_(q[:n].t(), h[:n])
+    elif kind == "tile":  # [TILE_ROWS, D]·[D, TILE_COLS] tiles covering N x V, one reused output
+        n, v = min(N, TILE_ROWS), min(V, TILE_COLS)
+        a = torch.randn(n, D, generator=gen).to(dtype).to(device)
+        c = torch.empty(n, v, dtype=dtype, device=device)
+        count = max(1, round(N * V / (n * v)))
+
+        def gemm():
+            for _ in range(count):
+                torch.mm(a, b[:v].t(), out=c)
+    else:
+        raise ValueError(f"unknown GEMM shape {kind!r}")
 
     first, _ = _timed(gemm, device)
     times, other, _, _ = _measured(gemm, device, case.get("reps", 3), case.get("max_other_cores", MAX_OTHER_CORES))
     return {"ok": True, "times": times, "other_cores": other, "first_s": first, "blocked_rows": rows if blocked else None}
+
+
+def _minor_faults() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def run_gae(case: dict) -> dict:
@@ -180,15 +224,44 @@ def run_gae(case: dict) -> dict:
 
     device = case.get("device", "cpu")
     dtype = getattr(torch, case["dtype"])
-    r, v, m = impls.gae_inputs(case["B"], case["T"], dtype, device, seed=case.get("seed", 0), mask_kind=case.get("mask", "gaps"))
-    fn = impls.gae_fn(case["impl"], r, v, m, case["gamma"], case["lam"])
+    mask_kind = case.get("mask", "gaps")
+    reps, max_other = case.get("reps", 5), case.get("max_other_cores", MAX_OTHER_CORES)
+    r, v, m = impls.gae_inputs(case["B"], case["T"], dtype, device, seed=case.get("seed", 0), mask_kind=mask_kind)
+    fn = impls.gae_fn(case["impl"], r, v, m, case["gamma"], case["lam"], mask_kind)
     first, _ = _timed(fn, device)
-    times, other, out, batch = _measured(fn, device, case.get("reps", 5), case.get("max_other_cores", MAX_OTHER_CORES))
+    calls = [0]
+
+    def counted():
+        calls[0] += 1
+        return fn()
+
+    faults = _minor_faults()
+    times, other, out, batch = _measured(counted, device, reps, max_other)
+    faults = (_minor_faults() - faults) / calls[0]
     ref, _ = oracle.gae(
         r.double().cpu().numpy(), v.double().cpu().numpy(), m.cpu().numpy(), gamma=case["gamma"], lam=case["lam"]
     )
     err = impls.gae_max_rel_err(out, torch.from_numpy(np.asarray(ref)), m)
-    return {"ok": True, "times": times, "other_cores": other, "batch": batch, "first_s": first, "max_rel_err": err}
+    res = {"ok": True, "times": times, "other_cores": other, "batch": batch, "first_s": first, "max_rel_err": err,
+           "faults_per_call": faults}
+    call = impls.gae_call_fn(case["impl"], r, v, m, case["gamma"], case["lam"], mask_kind)
+    if call is not None:
+        import torchrl
+
+        res["call_times"] = _measured(call, device, reps, max_other)[0]
+        res["versions"] = {"torchrl": torchrl.__version__, "torch": torch.__version__}
+    return res
+
+
+def run_copy(case: dict) -> dict:
+    import torch
+
+    device = case.get("device", "cpu")
+    n = int(case.get("mb", 1024) * 2**20) // 4
+    src = torch.ones(n, device=device)
+    dst = torch.zeros(n, device=device)  # both touched: no first-touch faults in the timings
+    times, other, _, _ = _measured(lambda: dst.copy_(src), device, case.get("reps", 5), case.get("max_other_cores", MAX_OTHER_CORES))
+    return {"ok": True, "times": times, "other_cores": other, "bytes": 2 * n * 4}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(int(case.get("threads", 2)))
         kind = case["kind"]
-        res = {"logprob": run_logprob, "gemm": run_gemm, "gae": run_gae}[kind](case)
+        res = {"logprob": run_logprob, "gemm": run_gemm, "gae": run_gae, "copy": run_copy}[kind](case)
     except Exception as exc:  # reported, not raised: the runner records the failure in the table
         traceback.print_exc()
         msg = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]

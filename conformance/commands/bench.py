@@ -1,6 +1,7 @@
-"""`rlspec bench`: refimpl's fused log-probs and GAE against naive, TRL, TRL's fused LM head,
-Liger-Kernel and Cut Cross-Entropy (the last two when installed: `pip install -e ".[bench]"`),
-one process per measurement. Prints the tables; `--json PATH` writes the results."""
+"""`rlspec bench`: refimpl's fused log-probs against naive, TRL, TRL's fused LM head, Liger-Kernel
+and Cut Cross-Entropy (the last two when installed: `pip install -e ".[bench]"`), and its GAE against
+verl's loop and torchrl's two GAE functions (torchrl from its own environment: `rlspec frameworks
+install torchrl`), one process per measurement. Prints the tables; `--json PATH` writes the results."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def _shapes(text: str):
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "bench",
-        help="benchmark fused log-probs and GAE against naive, TRL, Liger, CCE",
+        help="benchmark fused log-probs (lean, and at each faster peer's memory via `memory_budget`) and GAE "
+        "against naive, TRL, Liger, CCE, torchrl",
         description="Side-by-side benchmark of refimpl's fused log-probs (time, peak memory, GEMM efficiency) "
         "and vectorized GAE, one process per measurement.",
     )
@@ -42,8 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--gae-shapes", type=_csv, default=None, help="comma-separated BxT; 'none' to skip GAE")
     p.add_argument("--gae-lam", type=_csv, default=None, help="comma-separated γλ values (γ = 1)")
     p.add_argument("--gae-mask", type=_csv, default=None, help="comma-separated GAE masks (gaps,runs)")
+    p.add_argument("--gae-impl", type=_csv, default=None,
+                   help="comma-separated GAE implementations (refimpl,loop,torchrl_loop,torchrl_vec)")
     p.add_argument("--no-entropy", action="store_true", help="skip the log-probs + entropy rows")
     p.add_argument("--no-logprob", action="store_true", help="only GAE")
+    p.add_argument("--no-budget-rows", action="store_true",
+                   help="skip the refimpl rows at the memory of each faster peer (memory_budget)")
     p.add_argument("--reps", type=int, default=None, help="measured calls per case (median)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default 2 on CPU)")
     p.add_argument("--max-mem-gb", type=float, default=None, help="skip cases estimated to need more")
@@ -82,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         changes["entropy_shapes"] = ()
     if args.no_logprob:
         changes["logprob_shapes"] = ()
+    if args.no_budget_rows:
+        changes["budget_rows"] = False
     if args.gae_shapes:
         changes["gae_shapes"] = () if args.gae_shapes == ("none",) else tuple(
             tuple(int(x) for x in s.lower().split("x")) for s in args.gae_shapes
@@ -90,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         changes["gae_c"] = tuple(float(x) for x in args.gae_lam)
     if args.gae_mask:
         changes["gae_masks"] = args.gae_mask
+    if args.gae_impl:
+        changes["gae_impls"] = args.gae_impl
     if args.reps:
         changes["reps"] = args.reps
     if args.threads:

@@ -55,11 +55,14 @@ def test_logprobs_and_entropy_from_hidden(benchmark, dtype):
     assert ent is not None and torch.isfinite(ent).all()
 
 
+@pytest.mark.parametrize("mask_kind", impls.GAE_MASKS)
 @pytest.mark.parametrize("lam", [1.0, 0.95])
-@pytest.mark.parametrize("impl", ["refimpl", "loop"])
-def test_gae(benchmark, impl, lam):
-    r, v, m = impls.gae_inputs(64, 512, torch.float32, "cpu")
-    fn = impls.gae_fn(impl, r, v, m, 1.0, lam)
+@pytest.mark.parametrize("impl", impls.GAE_IMPLS)
+def test_gae(benchmark, impl, lam, mask_kind):
+    if impl in impls.TORCHRL_GAE:  # `rlspec bench` runs these in torchrl's environment; here only where it imports
+        pytest.importorskip("torchrl")
+    r, v, m = impls.gae_inputs(64, 512, torch.float32, "cpu", mask_kind=mask_kind)
+    fn = impls.gae_fn(impl, r, v, m, 1.0, lam, mask_kind)
     adv = benchmark(fn)
     ref = impls.gae_loop(r.double(), v.double(), m, 1.0, lam)
     assert impls.gae_max_rel_err(adv, ref, m) < 1e-5
