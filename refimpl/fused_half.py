@@ -63,9 +63,6 @@ class KeptTiles:
         self.tiles = [torch.empty(n_kept, min(vchunk, V - v0), dtype=dtype, device=device) for v0 in range(0, V, vchunk)]
         self.row_sum = torch.empty(n_kept, dtype=torch.float32, device=device)
 
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tiles) + self.row_sum.numel() * 4
-
 
 def forward(
     h_rows: torch.Tensor,
