@@ -30,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from conformance import cases
+from conformance.records import cases
 from conformance.differential import adapter_function, coarser, tolerance_dtype
 from conformance.invariants import METAMORPHIC, observe
-from conformance.registry import BY_FUNCTION, QuantityInfo
+from conformance.records import BY_FUNCTION, Quantity
 from conformance.suite import RowResult
 from conformance.tolerances import Tol, tolerance
 
@@ -79,7 +79,7 @@ def _same(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...], tol: Tol) -> boo
     return True
 
 
-def _replay(trial: Any, record: QuantityInfo, adapter: Any) -> tuple[str, tuple[np.ndarray, ...]]:
+def _replay(trial: Any, record: Quantity, adapter: Any) -> tuple[str, tuple[np.ndarray, ...]]:
     """("ok" | "error", observations) of `adapter` on the trial's inputs (no oracle needed)."""
     if trial.kind in METAMORPHIC:
         outcome = trial.run(record, adapter)
@@ -98,7 +98,7 @@ def _replay(trial: Any, record: QuantityInfo, adapter: Any) -> tuple[str, tuple[
     return "ok", values + (grads or ())
 
 
-def reproduces(mutant: Any, record: QuantityInfo, evidence: tuple[tuple[Any, Any], ...],
+def reproduces(mutant: Any, record: Quantity, evidence: tuple[tuple[Any, Any], ...],
                precision: dict[str, str] | None = None) -> bool:
     """The mutant returns what the adapter returned on every failing trial (or raises where it
     raised), within the tolerance of the precision class the adapter meets for the trial's dtype."""
@@ -123,7 +123,7 @@ def reproduces(mutant: Any, record: QuantityInfo, evidence: tuple[tuple[Any, Any
     return True
 
 
-def diagnose(record: QuantityInfo, row: RowResult, mutants: list[Any] | None = None) -> list[str]:
+def diagnose(record: Quantity, row: RowResult, mutants: list[Any] | None = None) -> list[str]:
     """The labels of the mutants consistent with a failing row (empty for a passing row): mutants
     that fit the failure pattern and reproduce the outputs first (exact pattern first); if none
     reproduces them, the ones whose pattern fits, marked `PATTERN_ONLY`. A row that matches a preset

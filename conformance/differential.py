@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from conformance import cases
+from conformance.records import cases
 from conformance.compare import Mismatch, compare, differences, greatest
-from conformance.registry import QuantityInfo
+from conformance.records import Quantity
 from conformance.tolerances import Tol, tolerance
 
 NUMPY_DTYPES = {"float64": np.float64, "float32": np.float32}
@@ -47,7 +47,7 @@ class Outcome:
     the conformance run can judge semantics at the precision an adapter actually computes in."""
 
     status: str  # "pass", "fail", "error", "not_implemented", "ill_conditioned", "unsupported"
-    record: QuantityInfo
+    record: Quantity
     adapter: str
     dtype: str
     case: cases.Case
@@ -226,7 +226,7 @@ def _as_tuple(value: Any) -> tuple[Any, ...]:
 
 
 def run_case(
-    record: QuantityInfo,
+    record: Quantity,
     adapter: Any,
     case: cases.Case,
     dtype: str,
@@ -324,7 +324,7 @@ def _fmt(kwargs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
 
 
-def seeded_upstream(record: QuantityInfo, expected: tuple[Any, ...], seed: int, dtype: str) -> Any:
+def seeded_upstream(record: Quantity, expected: tuple[Any, ...], seed: int, dtype: str) -> Any:
     """dL/d(output) for the gradient check: seeded normal noise with the shape of the (first)
     output, rounded to `dtype`; a float for a scalar output."""
     upstream = _upstream(np.shape(expected[0]), seed, dtype)
@@ -424,7 +424,7 @@ def tolerance_dtype(klass: str) -> str:
     return "bfloat16" if klass == BELOW else klass
 
 
-def _adapter_grads(adapter: Any, fn: Any, raw: Any, grad_inputs: dict[str, torch.Tensor], rounded: dict[str, Any], kw: dict[str, Any], upstream: Any, dtype: str, record: QuantityInfo) -> tuple[np.ndarray, ...] | None:
+def _adapter_grads(adapter: Any, fn: Any, raw: Any, grad_inputs: dict[str, torch.Tensor], rounded: dict[str, Any], kw: dict[str, Any], upstream: Any, dtype: str, record: Quantity) -> tuple[np.ndarray, ...] | None:
     if adapter.array_api == "torch":
         out = raw
         if not isinstance(out, torch.Tensor):

@@ -9,7 +9,7 @@ failure signatures of the known bugs (`conformance.mutants`) discriminative.
   leave every output and gradient unchanged (compared with the same call on the clean inputs);
 - `invariant:partition`: the batch, with one fully-masked row appended (an empty micro-batch), is
   split by rows into micro-batches of uneven token counts; each part is called with the whole
-  batch's step statistics (`QuantityInfo.partition_keywords`: `num_tokens` / `num_seqs` by default,
+  batch's step statistics (`Quantity.partition_keywords`: `num_tokens` / `num_seqs` by default,
   the pooled valid entropies `pooled_entropy` for `entropy_top_mask`), and the parts' values and
   gradients must sum to the whole batch's (called with the same statistics) for a scalar output, or
   the parts' rows, joined, must be the whole batch's rows for a per-row output (a mask). An adapter
@@ -17,7 +17,7 @@ failure signatures of the known bugs (`conformance.mutants`) discriminative.
   for a framework's own micro-batch loss
   (counts, DDP averaging, empty micro-batches), see the `agg.partition[<mode>]` rows of
   `conformance/partition.py` (adapters opt in with `micro_batched_loss`);
-- `invariant:detached`: the inputs the spec makes constants (`QuantityInfo.stop_grad_args`) are
+- `invariant:detached`: the inputs the spec makes constants (`Quantity.stop_grad_args`) are
   given `requires_grad=True`; no gradient may reach them through any output (torch adapters only).
 
 Every runner returns a `conformance.differential.Outcome` whose `observed` holds what the adapter
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from conformance import cases
+from conformance.records import cases
 from conformance.compare import Mismatch, compare
 from conformance.differential import (
     NUMPY_DTYPES,
@@ -48,14 +48,14 @@ from conformance.differential import (
     mark_not_implemented,
     seeded_upstream,
 )
-from conformance.registry import QuantityInfo
+from conformance.records import Quantity
 from conformance.tolerances import Tol, tolerance
 
 __all__ = ["METAMORPHIC", "observe", "partition_case", "run_detached", "run_mask", "run_partition"]
 
 
 def observe(
-    record: QuantityInfo,
+    record: Quantity,
     adapter: Any,
     fn: Any,
     rounded: dict[str, Any],
@@ -81,18 +81,18 @@ def observe(
     return values, grads
 
 
-def _names(record: QuantityInfo) -> tuple[str, ...]:
+def _names(record: Quantity) -> tuple[str, ...]:
     return ("advantages", "returns") if record.output == "pair" else ("value",)
 
 
-def _start(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
+def _start(record: Quantity, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
            kind: str, tol_class: str | None) -> tuple[Outcome, Any]:
     outcome = Outcome("pass", record, getattr(adapter, "name", "?"), dtype, case, dict(kwargs), kind=kind,
                       judged_at=None if tol_class in (None, dtype) else tol_class)
     return outcome, adapter_function(outcome, adapter)
 
 
-def _tol(record: QuantityInfo, outcome: Outcome, what: str) -> Tol:
+def _tol(record: Quantity, outcome: Outcome, what: str) -> Tol:
     """The tolerance of a metamorphic comparison: the class the adapter's outputs meet (the
     adapter compared with itself can differ by its own rounding, no more)."""
     return tolerance(record.spec_id, tolerance_dtype(outcome.tol_class), what)
@@ -107,7 +107,7 @@ def _not_implemented(outcome: Outcome, exc: NotImplementedError) -> Outcome:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_mask(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
+def run_mask(record: Quantity, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
              tol_class: str | None = None) -> Outcome:
     """Outputs and gradients with poison at unused positions == those on the clean case."""
     poisoned = cases.plant_masked(case, case.seed or 0)
@@ -177,7 +177,7 @@ def partition_case(case: cases.Case) -> tuple[dict[str, Any], list[slice], int, 
     return args, slices, int(mask.sum()), B + 1
 
 
-# The step statistics of `QuantityInfo.partition_keywords`, from the whole batch's (rounded) arguments.
+# The step statistics of `Quantity.partition_keywords`, from the whole batch's (rounded) arguments.
 STEP_STATISTICS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "num_tokens": lambda args: int(args["mask"].sum()),
     "num_seqs": lambda args: int(args["mask"].shape[0]),
@@ -185,7 +185,7 @@ STEP_STATISTICS: dict[str, Callable[[dict[str, Any]], Any]] = {
 }
 
 
-def _step_statistics(record: QuantityInfo, adapter: Any, rounded: dict[str, Any], dtype: str) -> dict[str, Any]:
+def _step_statistics(record: Quantity, adapter: Any, rounded: dict[str, Any], dtype: str) -> dict[str, Any]:
     """The record's step statistics of the whole batch, arrays in the adapter's array type and dtype
     (what an all-gather of the parts would hand each part)."""
     out: dict[str, Any] = {}
@@ -203,13 +203,12 @@ def _describe_statistics(stats: dict[str, Any]) -> str:
                      for k, v in stats.items())
 
 
-def run_partition(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
+def run_partition(record: Quantity, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
                   tol_class: str | None = None) -> Outcome:
     """Σ over micro-batches (the step's statistics) == the whole batch (same statistics), value and
     gradient; for a per-row output, the parts' rows joined == the whole batch's."""
     args, slices, _, _ = partition_case(case)
-    whole_case = cases.Case(case.function, args, dict(case.kwargs), case.grad_args, case.seed,
-                            "partitioned into micro-batches", case.upstream_seed)
+    whole_case = case.derived(args, "partitioned into micro-batches")
     outcome, fn = _start(record, adapter, whole_case, dtype, kwargs, "invariant:partition", tol_class)
     if fn is None:
         return outcome
@@ -267,7 +266,7 @@ def run_partition(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: s
     return outcome
 
 
-def _joined_rows(record: QuantityInfo, outcome: Outcome, whole_values: tuple[np.ndarray, ...],
+def _joined_rows(record: Quantity, outcome: Outcome, whole_values: tuple[np.ndarray, ...],
                  parts: list[tuple[tuple[np.ndarray, ...], Any]], slices: list[slice], stats: dict[str, Any]) -> Outcome:
     """A per-row output (entropy_top_mask): the parts' rows, joined in order, == the whole batch's."""
     tol = _tol(record, outcome, "value")
@@ -290,7 +289,7 @@ def _joined_rows(record: QuantityInfo, outcome: Outcome, whole_values: tuple[np.
 # ---------------------------------------------------------------------------------------------
 
 
-def run_detached(record: QuantityInfo, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
+def run_detached(record: Quantity, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
                  tol_class: str | None = None) -> Outcome:
     """No gradient reaches the record's `stop_grad_args` through any output (torch adapters)."""
     outcome, fn = _start(record, adapter, case, dtype, kwargs, "invariant:detached", tol_class)

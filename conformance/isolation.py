@@ -25,7 +25,7 @@ from typing import Any
 
 from conformance.adapters import BUILTIN_ADAPTERS, AdapterLoadError, load_adapter
 from conformance.commands.check import RunOptions, error_row, run_row
-from conformance.registry import BY_FUNCTION, QuantityInfo
+from conformance.records import BY_FUNCTION, Quantity
 from conformance.suite import RowResult
 
 # A worker's start-up (spawning Python, importing torch and the adapter) is not the first row's time:
@@ -110,7 +110,7 @@ class IsolatedRows:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run(self, record: QuantityInfo) -> RowResult:
+    def run(self, record: Quantity) -> RowResult:
         """The row of `record`: the worker's verdict, or an error row when the worker died, timed out
         or cannot load the adapter. On any exception here (Ctrl-C) the worker is killed."""
         try:
@@ -119,7 +119,7 @@ class IsolatedRows:
             self._kill()
             raise
 
-    def _run(self, record: QuantityInfo) -> RowResult:
+    def _run(self, record: Quantity) -> RowResult:
         if self._proc is None and self._load_error is None:
             self._start()
         if self._load_error is not None:

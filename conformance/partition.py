@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 import oracle
-from conformance import cases
+from conformance.records import cases, inputs
 from conformance.compare import compare
 from conformance.suite import RowResult, run_with_timeout, seeds_for
 from conformance.tolerances import tolerance
@@ -72,7 +72,7 @@ def step_cases(mode: str, seed: int, n_seeds: int = N_SEEDS) -> list[dict[str, A
     for s in seeds_for(f"agg.partition[{mode}]", seed, n_seeds):
         rng = np.random.default_rng(s)
         B, T = int(rng.integers(3, 7)), int(rng.integers(3, 11))
-        mask = np.concatenate([cases.ragged_mask(rng, B, T), np.zeros((1, T), dtype=bool)])  # + an empty micro-batch
+        mask = np.concatenate([inputs.ragged_mask(rng, B, T), np.zeros((1, T), dtype=bool)])  # + an empty micro-batch
         loss = rng.normal(0.0, 1.0, size=(B + 1, T))
         loss[~mask] = rng.choice([np.nan, np.inf, 1e30], size=int((~mask).sum()))  # never read
         counts = mask[:B].sum(axis=1)

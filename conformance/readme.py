@@ -14,7 +14,7 @@ from pathlib import Path
 import oracle
 from conformance import frameworks, spec
 from oracle.presets import SCOPE
-from conformance.registry import REGISTRY
+from conformance.records import RECORDS
 from conformance.tolerances import DEFAULT, OVERRIDES
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -30,7 +30,7 @@ BLOCK = re.compile(
 
 def spec_table() -> str:
     lines = ["| spec id | function | what it is | presets that deviate |", "|---|---|---|---|"]
-    for q in REGISTRY:
+    for q in RECORDS:
         presets = ", ".join(sorted(q.presets)) or "-"
         lines.append(f"| `{q.spec_id}` | `{q.function}` | {spec.description(q.spec_id)} | {presets} |")
     return "\n".join(lines)
@@ -38,7 +38,7 @@ def spec_table() -> str:
 
 def preset_table() -> str:
     names = list(oracle.PRESETS)
-    functions = [q.function for q in REGISTRY if q.presets]
+    functions = [q.function for q in RECORDS if q.presets]
     lines = ["| function | " + " | ".join(f"`{n}`" for n in names) + " |", "|---|" + "---|" * len(names)]
     for f in dict.fromkeys(functions):
         cells = []
@@ -64,7 +64,7 @@ def tolerance_table() -> str:
 def adapter_keywords_table() -> str:
     """api.md, "Adapter protocol (v2)": the keywords a check passes each function of an adapter."""
     lines = ["| function | keywords passed | keywords never passed (left at canonical default) |", "|---|---|---|"]
-    for q in REGISTRY:
+    for q in RECORDS:
         passed = ", ".join(f"`{k}`" for k in q.question) or "-"
         if q.partition_keywords:
             passed += "; " + ", ".join(f"`{k}`" for k in q.partition_keywords) + " (invariant:partition)"
@@ -109,7 +109,7 @@ def frameworks_table() -> str:
         for c in _framework_columns() if c.status == "ok"
     ]
     lines = ["| spec id | function | " + " | ".join(c for c, _ in columns) + " |", "|---|---|" + "---|" * len(columns)]
-    for q in REGISTRY:
+    for q in RECORDS:
         cells = []
         for _, rows in columns:
             row = rows.get(q.function)
@@ -158,9 +158,9 @@ FAMILY_NAMES = {
 def spec_summary() -> str:
     """The quantities by family (the spec id's prefix), one line each."""
     families: dict[str, list[str]] = {}
-    for q in REGISTRY:
+    for q in RECORDS:
         families.setdefault(q.spec_id.split(".")[0], []).append(f"`{q.function}`")
-    lines = [f"{len(REGISTRY)} quantities, each with a spec section, a NumPy oracle (value and gradient), a "
+    lines = [f"{len(RECORDS)} quantities, each with a spec section, a NumPy oracle (value and gradient), a "
              "PyTorch refimpl, golden vectors and framework presets:", "",
              "| family | quantities |", "|---|---|"]
     for prefix, functions in families.items():

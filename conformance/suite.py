@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from conformance import cases
+from conformance.records import cases, make_case
 from conformance.differential import (
     BELOW,
     RANK,
@@ -50,7 +50,7 @@ from conformance.differential import (
     run_case,
 )
 from conformance.invariants import METAMORPHIC
-from conformance.registry import QuantityInfo
+from conformance.records import Quantity
 
 STATUSES = {
     "pass": "the canonical quantity, at the precision reported beside it",
@@ -126,7 +126,7 @@ def seeds_for(function: str, base_seed: int, n: int) -> list[int]:
     return [(start + 104729 * i) % 2**32 for i in range(n)]
 
 
-def _dtypes(record: QuantityInfo, adapter: Any) -> list[str]:
+def _dtypes(record: Quantity, adapter: Any) -> list[str]:
     supported = adapter_dtypes(adapter)
     return [d for d in record.dtypes if d in supported]
 
@@ -154,7 +154,7 @@ class _Trial:
     def metamorphic(self) -> bool:
         return self.kind in METAMORPHIC
 
-    def run(self, record: QuantityInfo, adapter: Any, *, ref: str | None = None, tol_class: str | None = None) -> Outcome:
+    def run(self, record: Quantity, adapter: Any, *, ref: str | None = None, tol_class: str | None = None) -> Outcome:
         """Call the adapter; oracle-compared checks are judged at `tol_class` (default the dtype's)."""
         if self.kind in METAMORPHIC:  # the adapter against itself: no oracle keywords
             out = METAMORPHIC[self.kind](record, adapter, self.case, self.dtype, self.adapter_kwargs, tol_class)
@@ -174,7 +174,7 @@ class _Trial:
         return rejudge(self.outcome, {**self.oracle_base(), **variant}, klass)
 
 
-def _trials(record: QuantityInfo, adapter: Any, seeds: list[int], golden: Iterable[cases.Case],
+def _trials(record: Quantity, adapter: Any, seeds: list[int], golden: Iterable[cases.Case],
             fixed: dict[str, Any]) -> list[_Trial]:
     trials: list[_Trial] = []
     dtypes = _dtypes(record, adapter)
@@ -186,7 +186,7 @@ def _trials(record: QuantityInfo, adapter: Any, seeds: list[int], golden: Iterab
         return _Trial(kind, case, dtype, question, {k: v for k, v in fixed.items() if k not in question})
 
     for seed in seeds:
-        case = cases.make_case(record.function, seed)
+        case = make_case(record.function, seed)
         for dtype in dtypes:
             trials.append(trial("property", case, dtype))
         if "mask" in record.invariants and "mask" in case.args:
@@ -202,7 +202,7 @@ def _trials(record: QuantityInfo, adapter: Any, seeds: list[int], golden: Iterab
     if getattr(adapter, "accepts_variants", False):
         for name in record.presets:
             for seed in seeds:
-                case = cases.make_case(record.function, seed)
+                case = make_case(record.function, seed)
                 kw = record.preset_kwargs(name, case.kwargs)
                 trials.append(_Trial(f"preset:{name}", case, "float32" if "float32" in dtypes else dtypes[0], kw))
     return trials
@@ -266,7 +266,7 @@ def _explain(trials: list[_Trial], candidates: list[dict[str, Any]], strict: boo
     return best
 
 
-def _candidates(record: QuantityInfo, fixed: dict[str, Any], prefer: str | None) -> list[dict[str, Any]]:
+def _candidates(record: Quantity, fixed: dict[str, Any], prefer: str | None) -> list[dict[str, Any]]:
     """Canonical, then the preferred preset (a framework row's own), then every preset and variant
     keyword set of the record that does not contradict the pinned keywords."""
     out: list[dict[str, Any]] = [{}]
@@ -277,7 +277,7 @@ def _candidates(record: QuantityInfo, fixed: dict[str, Any], prefer: str | None)
     return out
 
 
-def _explain_by_question(record: QuantityInfo, trials: list[_Trial], candidates: list[dict[str, Any]],
+def _explain_by_question(record: Quantity, trials: list[_Trial], candidates: list[dict[str, Any]],
                          strict: bool) -> tuple[str, dict[str, _Explanation]] | None:
     """When no single keyword set explains every trial, split the trials by the value of one
     question keyword (e.g. `estimator`: verl clamps only its k3) and explain each group alone."""
@@ -299,12 +299,12 @@ def _explain_by_question(record: QuantityInfo, trials: list[_Trial], candidates:
     return None
 
 
-def _names_of(record: QuantityInfo, variant: dict[str, Any]) -> list[str]:
+def _names_of(record: Quantity, variant: dict[str, Any]) -> list[str]:
     return [n for n, kw in record.presets.items() if kw == variant]
 
 
 def check_row(
-    record: QuantityInfo,
+    record: Quantity,
     adapter: Any,
     *,
     seeds: list[int],
@@ -426,7 +426,7 @@ def check_row(
     return _finish(row, skipped, status, message, None)
 
 
-def _call(record: QuantityInfo, adapter: Any, trials: list[_Trial], ref: str | None,
+def _call(record: Quantity, adapter: Any, trials: list[_Trial], ref: str | None,
           on_trial: Callable[[str], None] | None) -> list[_Trial]:
     """Run the oracle-compared trials (one adapter call each); the ones that compared something or
     said why not (ill-conditioned cases and unsupported dtypes are dropped)."""
@@ -467,7 +467,7 @@ class _Semantics:
         return coarser(self.precision.get(t.dtype, t.dtype), t.dtype)
 
 
-def _semantics(record: QuantityInfo, semantic: list[_Trial], candidates: list[dict[str, Any]], strict: bool) -> _Semantics:
+def _semantics(record: Quantity, semantic: list[_Trial], candidates: list[dict[str, Any]], strict: bool) -> _Semantics:
     explanation = _explain(semantic, candidates, strict) if semantic else _Explanation({}, {}, (0, 0))
     if explanation is not None:
         variant_of = {id(t): explanation.variant for t in semantic}
@@ -487,7 +487,7 @@ def _semantics(record: QuantityInfo, semantic: list[_Trial], candidates: list[di
     return _Semantics(None, None, {id(t): {} for t in semantic}, {} if strict else measured, measured)
 
 
-def _match(record: QuantityInfo, sem: _Semantics) -> tuple[str | None, dict[str, Any] | None, str]:
+def _match(record: Quantity, sem: _Semantics) -> tuple[str | None, dict[str, Any] | None, str]:
     """(matched preset names, matched keywords, message) of an explained row; (None, None, "") for
     a canonical one."""
     if sem.explanation is not None:
@@ -530,7 +530,7 @@ def _worse(a: str, b: str) -> str:
     return max(a, b, key=lambda s: order.index(s) if s in order else 0)
 
 
-def _precision_findings(record: QuantityInfo, adapter: Any, trials: list[_Trial], variant_of: dict[int, dict[str, Any]],
+def _precision_findings(record: Quantity, adapter: Any, trials: list[_Trial], variant_of: dict[int, dict[str, Any]],
                         precision: dict[str, str], strict: bool) -> list[dict[str, Any]]:
     """One finding per input dtype whose outputs meet only a coarser class than the dtype's own:
     the class met, the worst case judged at the dtype's class (its error figures and reproduce

@@ -14,7 +14,7 @@ from tqdm import tqdm
 from conformance import report as reports
 from conformance.adapters import BUILTIN_ADAPTERS, AdapterLoadError, load_adapter
 from conformance.errors import BrokenRun
-from conformance.registry import QuantityInfo, records_for
+from conformance.records import Quantity, records_for
 from conformance.suite import RowResult, check_row, run_with_timeout, seeds_for
 
 
@@ -65,10 +65,10 @@ def _fail_on(text: str) -> tuple[str, ...]:
     return kinds
 
 
-def selected_records(globs: list[str] | None) -> list[QuantityInfo]:
+def selected_records(globs: list[str] | None) -> list[Quantity]:
     """The records matching any of the globs (all without globs); a glob that matches nothing is a
     usage error (BrokenRun), never an empty, passing run."""
-    records: list[QuantityInfo] = []
+    records: list[Quantity] = []
     for glob in globs or ["*"]:
         found = records_for(glob)
         if not found:
@@ -104,7 +104,7 @@ def load_adapters(names: list[Any]) -> tuple[list[Any], list[reports.AdapterInfo
     return adapters, infos, refs
 
 
-def golden_cases(record: QuantityInfo) -> list:
+def golden_cases(record: Quantity) -> list:
     """Golden vectors of the record as cases (empty until vectors are published)."""
     try:
         from conformance.vectors.golden import cases_for
@@ -113,7 +113,7 @@ def golden_cases(record: QuantityInfo) -> list:
     return cases_for(record.function)
 
 
-def _diagnose(record: QuantityInfo, row: RowResult) -> list[str]:
+def _diagnose(record: Quantity, row: RowResult) -> list[str]:
     """The known bugs (mutants) the failing row is consistent with; never fails the run."""
     try:
         from conformance.diagnosis import diagnose
@@ -136,7 +136,7 @@ class RunOptions:
     strict_precision: bool = False
 
 
-def run_row(record: QuantityInfo, adapter: Any, ref: str, options: RunOptions,
+def run_row(record: Quantity, adapter: Any, ref: str, options: RunOptions,
             on_trial: Callable[[str], None] | None = None) -> RowResult:
     """Check one (quantity, adapter) row and diagnose it, with no timeout (the caller's job).
     `ref` is how the user named the adapter (for the reproduce lines); `on_trial(description)` is
@@ -151,7 +151,7 @@ def run_row(record: QuantityInfo, adapter: Any, ref: str, options: RunOptions,
     return row
 
 
-def error_row(record: QuantityInfo, adapter_name: str, options: RunOptions, message: str) -> RowResult:
+def error_row(record: Quantity, adapter_name: str, options: RunOptions, message: str) -> RowResult:
     """The row of a (quantity, adapter) pair whose check could not complete (timeout, crash)."""
     return RowResult(
         id=f"{record.function}@{adapter_name}", spec_id=record.spec_id, function=record.function,
@@ -160,7 +160,7 @@ def error_row(record: QuantityInfo, adapter_name: str, options: RunOptions, mess
     )
 
 
-def run_report(adapter_names: list[Any], records: list[QuantityInfo], *, seed: int, n_seeds: int,
+def run_report(adapter_names: list[Any], records: list[Quantity], *, seed: int, n_seeds: int,
                timeout: float, progress: bool, diagnose: bool = True, isolate: str = "auto",
                strict_precision: bool = False,
                fail_on: tuple[str, ...] = reports.DEFAULT_FAIL_ON) -> reports.Report:
@@ -204,7 +204,7 @@ def run_report(adapter_names: list[Any], records: list[QuantityInfo], *, seed: i
     return report
 
 
-def framework_rows(adapter: Any, records: list[QuantityInfo], *, seed: int, timeout: float,
+def framework_rows(adapter: Any, records: list[Quantity], *, seed: int, timeout: float,
                    ref: str | None = None) -> list[RowResult]:
     """Rows an adapter defines itself (`extra_rows(seed)`: e.g. every TRL loss_type), kept when
     their spec id matches a selected record's (or any, when nothing was filtered). A failing row

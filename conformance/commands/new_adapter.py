@@ -19,7 +19,7 @@ from string import Template
 
 from conformance import SPEC_VERSION, SUITE_VERSION, spec
 from conformance.adapters import DEFAULT_DTYPES
-from conformance.registry import REGISTRY, QuantityInfo
+from conformance.records import RECORDS, Quantity
 
 WIDTH = 100
 
@@ -137,7 +137,7 @@ def adapter_source(name: str, ident: str, array_api: str) -> str:
     body = [f"\n\nclass Adapter:\n    \"\"\"{name} as rlspec calls it.\"\"\"\n\n"]
     for comment, assignment in _attributes(name, array_api):
         body.append(_comment(comment, "    ") + f"    {assignment}\n")
-    for record in REGISTRY:
+    for record in RECORDS:
         body.append("\n" + _stub(record, array_api))
     return header + "".join(body)
 
@@ -175,7 +175,7 @@ def _attributes(name: str, array_api: str) -> list[tuple[str, str]]:
     return attributes
 
 
-def _stub(record: QuantityInfo, array_api: str) -> str:
+def _stub(record: Quantity, array_api: str) -> str:
     """One documented method raising NotImplementedError, with the oracle's exact signature (and for
     a NumPy adapter, the commented signature of its gradient)."""
     shapes = re.search(r"^Shapes: (.*)$", inspect.getdoc(record.oracle) or "", re.M)

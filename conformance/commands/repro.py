@@ -10,12 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from conformance import cases
+from conformance.records import cases, make_case
 from conformance.adapters import AdapterLoadError, load_adapter
 from conformance.differential import BELOW, PRECISIONS
 from conformance.errors import BrokenRun
 from conformance.invariants import METAMORPHIC
-from conformance.registry import BY_FUNCTION, QuantityInfo
+from conformance.records import BY_FUNCTION, Quantity
 from conformance.suite import _Trial
 
 INVARIANTS = sorted(k.split(":", 1)[1] for k in METAMORPHIC) + ["on_policy"]
@@ -62,7 +62,7 @@ def parse_kw(items: list[str], flag: str = "--kw") -> dict[str, Any]:
     return out
 
 
-def _golden_case(record: QuantityInfo, vector_id: str) -> cases.Case:
+def _golden_case(record: Quantity, vector_id: str) -> cases.Case:
     from conformance.vectors.golden import cases_for
 
     found = [c for c in cases_for(record.function) if c.note == vector_id]
@@ -72,7 +72,7 @@ def _golden_case(record: QuantityInfo, vector_id: str) -> cases.Case:
     return found[0]
 
 
-def _invariants_of(record: QuantityInfo) -> list[str]:
+def _invariants_of(record: Quantity) -> list[str]:
     """The invariants `rlspec check` runs for the record (`suite._trials`; detached for torch adapters)."""
     found = [name for name in ("mask", "on_policy", "partition") if name in record.invariants]
     return found + (["detached"] if record.stop_grad_args else [])
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     if args.vector is not None:
         kind, case = "golden", _golden_case(record, args.vector)
     else:
-        case = cases.make_case(record.function, args.seed)
+        case = make_case(record.function, args.seed)
         kind = f"invariant:{args.invariant}" if args.invariant else "property"
         if args.invariant == "on_policy":
             case = cases.on_policy(case)

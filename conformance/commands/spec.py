@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from conformance import spec
-from conformance.registry import REGISTRY
+from conformance.records import RECORDS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    rows = [(q.spec_id, q.function, spec.description(q.spec_id)) for q in REGISTRY]
+    rows = [(q.spec_id, q.function, spec.description(q.spec_id)) for q in RECORDS]
     w_id = max(len(r[0]) for r in rows)
     w_fn = max(len(r[1]) for r in rows)
     for spec_id, function, text in rows:

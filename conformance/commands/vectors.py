@@ -33,11 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from conformance.vectors import V1_ROOT, generate
-    from conformance.vectors.catalogue import CATALOGUE
+    from conformance.records import golden_catalogue
 
     root = args.root or V1_ROOT
     if args.list:
-        for entry in CATALOGUE:
+        for entry in golden_catalogue():
             print(entry.id)
         return 0
     if args.check:

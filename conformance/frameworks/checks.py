@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 
 import oracle
-from conformance import cases
+from conformance.records import cases
 from conformance.compare import Mismatch, compare, differences, greatest
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION
 from conformance.suite import RowResult, check_row, match_status, seeds_for
 from conformance.tolerances import Tol, tolerance
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION
 
 __all__ = [
     "Mutant",

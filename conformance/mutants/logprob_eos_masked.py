@@ -7,7 +7,7 @@ The spec: the mask comes from positions (generation lengths), never from token v
 """
 
 import refimpl
-from conformance.cases import EOS_ID
+from conformance.records.cases import EOS_ID
 from conformance.mutants.base import Mutant
 
 PAD_ID = EOS_ID  # the tokenizer reuses EOS as the padding token

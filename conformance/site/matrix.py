@@ -20,7 +20,7 @@ from typing import Any
 
 import oracle
 from conformance.readme import FAMILY_NAMES
-from conformance.registry import REGISTRY, records_for
+from conformance.records import RECORDS, records_for
 from conformance.site.markdown_html import inline
 from conformance.suite import STATUSES
 
@@ -141,7 +141,7 @@ def matrix_rows(columns: list[Column], *, every_quantity: bool = True) -> list[t
     the reports (agg.partition[...])."""
     present = {label(r) for c in columns for r in c.rows if is_matrix_row(r)}
     families: dict[str, list[tuple[str, str]]] = {}
-    for q in REGISTRY:
+    for q in RECORDS:
         families.setdefault(q.spec_id.split(".")[0], [])
         if every_quantity or q.function in present:
             families[q.spec_id.split(".")[0]].append((q.function, q.spec_id))

@@ -20,10 +20,9 @@ import numpy as np
 
 from conformance import SPEC_VERSION
 from conformance.differential import seeded_upstream
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION, GoldenCase, golden_catalogue
 from conformance.tolerances import tolerance
 from conformance.vectors import V1_ROOT, golden
-from conformance.vectors.catalogue import CATALOGUE, GoldenCase
 
 # Bump only together with a new suite directory: a different generator output would make every
 # published file differ from its regeneration.
@@ -184,7 +183,7 @@ class Scan:
 def scan(root: Path = V1_ROOT, *, exact: bool = False, catalogue: list[GoldenCase] | None = None) -> Scan:
     """Regenerate every catalogue case in memory and compare with the files under `root`."""
     root = Path(root)
-    entries = CATALOGUE if catalogue is None else catalogue
+    entries = golden_catalogue() if catalogue is None else catalogue
     result = Scan(root)
     seen: set[str] = set()
     for entry in entries:

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from conformance import cases
+from conformance.records import cases
 from conformance.differential import Outcome, adapter_function, check_adapter
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION
 from conformance.vectors import V1_ROOT
 
 MANIFEST_NAME = "MANIFEST.sha256"
@@ -238,17 +238,9 @@ def load_vectors(root: Path = V1_ROOT, *, verify: bool = True) -> list[dict[str,
 
 
 def decode_case(vector: dict[str, Any]) -> cases.Case:
-    """The vector's inputs as a `conformance.cases.Case` (arrays decoded, positional order)."""
-    record = BY_FUNCTION[vector["function"]]
+    """The vector's inputs as a `conformance.records.cases.Case` (arrays decoded, positional order)."""
     args = {name: decode_value(v) for name, v in zip(vector["input_names"], vector["inputs"])}
-    return cases.Case(
-        vector["function"],
-        args,
-        dict(vector["kwargs"]),
-        grad_args=record.grad_args,
-        seed=vector.get("seed"),
-        note=vector["id"],
-    )
+    return cases.Case(vector["function"], args, dict(vector["kwargs"]), seed=vector.get("seed"), note=vector["id"])
 
 
 def decode_expected(vector: dict[str, Any]) -> tuple[Any, ...]:

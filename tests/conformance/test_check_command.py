@@ -15,7 +15,7 @@ from conformance import report as reports
 from conformance.cli import main
 from conformance.commands.check import run_report, selected_records
 from conformance.partition import MODES as PARTITION_MODES
-from conformance.registry import REGISTRY
+from conformance.records import RECORDS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = "tests.conformance.example_adapters"
@@ -36,7 +36,7 @@ def test_builtin_adapters_all_pass(builtin_outputs):
     data = json.loads((out / "r.json").read_text())
     statuses = {(c["function"], c["adapter"]): c["status"] for c in data["checks"]}
     assert code == 0
-    assert len(statuses) == 2 * (len(REGISTRY) + len(PARTITION_MODES))  # + the agg.partition[<mode>] rows
+    assert len(statuses) == 2 * (len(RECORDS) + len(PARTITION_MODES))  # + the agg.partition[<mode>] rows
     assert set(statuses.values()) == {"pass"}, {k: v for k, v in statuses.items() if v != "pass"}
 
 
@@ -59,7 +59,7 @@ def test_junit_report_is_well_formed(builtin_outputs):
     assert {s.get("name") for s in suites} == {"rlspec.oracle", "rlspec.refimpl"}
     for suite in suites:
         cases = suite.findall("testcase")
-        assert int(suite.get("tests")) == len(cases) == len(REGISTRY) + len(PARTITION_MODES)
+        assert int(suite.get("tests")) == len(cases) == len(RECORDS) + len(PARTITION_MODES)
         assert int(suite.get("failures")) == int(suite.get("errors")) == 0
         for case in cases:
             assert case.get("classname") and case.get("name") and float(case.get("time")) >= 0
@@ -113,7 +113,7 @@ def test_unknown_adapter_is_reported_not_crashing():
 def test_list_and_explain(capsys):
     assert main(["list"]) == 0
     listed = capsys.readouterr().out
-    for q in REGISTRY:
+    for q in RECORDS:
         assert q.spec_id in listed and q.function in listed
     assert main(["explain", "adv.gae"]) == 0
     text = capsys.readouterr().out

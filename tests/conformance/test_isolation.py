@@ -16,7 +16,7 @@ import pytest
 from conformance import isolation
 from conformance.cli import main
 from conformance.commands.check import RunOptions, run_report, selected_records
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION
 
 CRASHING = "tests.conformance.crashing_adapters"
 EXAMPLES = "tests.conformance.example_adapters"

@@ -1,6 +1,6 @@
 """kl.loss's registry record names the gradient form an adapter computes: an adapter that computes one
 form whatever it is asked is explained, from its values and gradients alone, by that `gradient` value
-(the variant grid of `conformance.registry`), and the refimpl is canonical."""
+(the variant grid of its record), and the refimpl is canonical."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import types
 import pytest
 
 import refimpl
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION, make_case
 from conformance.suite import check_row, seeds_for
 
 RECORD = BY_FUNCTION["kl_loss_term"]
@@ -27,9 +27,9 @@ def one_form_adapter(form: str) -> types.SimpleNamespace:
 
 
 def test_the_generated_cases_ask_every_form():
-    from conformance import cases
+    from conformance.records import cases
 
-    asked = {cases.make_case("kl_loss_term", s).kwargs["gradient"] for s in seeds_for("kl_loss_term", 0, 8)}
+    asked = {make_case("kl_loss_term", s).kwargs["gradient"] for s in seeds_for("kl_loss_term", 0, 8)}
     assert asked == set(FORMS)
 
 

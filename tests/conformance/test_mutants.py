@@ -21,7 +21,7 @@ from conformance.commands import mutants as mutants_cmd
 from conformance.commands.check import run_report, selected_records
 from conformance.diagnosis import PATTERN_ONLY, signature_fits
 from conformance.mutants import all_mutants, by_name, discover, mutants_table_markdown
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION
 from conformance.suite import RowResult
 
 MUTANTS = all_mutants()

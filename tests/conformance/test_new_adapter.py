@@ -17,7 +17,7 @@ import pytest
 from conformance import spec
 from conformance.cli import main
 from conformance.commands.new_adapter import identifier
-from conformance.registry import REGISTRY
+from conformance.records import RECORDS
 
 
 def generate(tmp_path: Path, array_api: str) -> Path:
@@ -39,7 +39,7 @@ def test_skeleton_has_a_documented_stub_with_the_oracle_signature_per_function(t
     adapter = load(path).Adapter()
     assert (adapter.name, adapter.spec_version, adapter.array_api) == (f"My {array_api}-Framework", "v1", array_api)
     text = path.read_text()
-    for record in REGISTRY:
+    for record in RECORDS:
         method = getattr(adapter, record.function)
         assert inspect.signature(method) == inspect.signature(record.oracle), record.function
         doc = inspect.getdoc(method)
@@ -70,7 +70,7 @@ def test_check_reports_every_row_of_the_skeleton_not_implemented(tmp_path, array
     data = json.loads(report.read_text())
     assert [a["status"] for a in data["adapters"]] == ["ok"]
     statuses = {c["function"]: c["status"] for c in data["checks"]}
-    assert {r.function for r in REGISTRY} <= set(statuses)
+    assert {r.function for r in RECORDS} <= set(statuses)
     assert set(statuses.values()) == {"not_implemented"}, statuses
 
 

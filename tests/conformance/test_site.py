@@ -14,7 +14,7 @@ import pytest
 
 from conformance.cli import main
 from conformance.mutants import all_mutants
-from conformance.registry import REGISTRY
+from conformance.records import RECORDS
 from conformance.report import SCHEMA_PATH
 from conformance.site import report_page
 from conformance.site.build import PLOT_CAPTIONS, build_site
@@ -79,7 +79,7 @@ def test_committed_site_has_a_cell_per_report_row(committed, committed_site):
     row, one page per row; a framework without a report is a column of "not installed" cells."""
     index = Page((committed_site / "index.html").read_text())
     n_rows = len(index.find("tr", "quantity"))
-    assert n_rows >= len(REGISTRY)
+    assert n_rows >= len(RECORDS)
     cell_pages = 0
     for name in committed.names:
         cells = index.find("td", "cell", data_adapter=name)
@@ -115,7 +115,7 @@ def test_committed_site_links_stay_inside_and_never_reach_the_network(committed_
 def test_committed_site_has_spec_pages_mutants_bench_and_plots(committed, committed_site):
     from conformance import spec
 
-    for q in REGISTRY:
+    for q in RECORDS:
         page = committed_site / "spec" / f"{spec.section_path(q.spec_id).stem}.html"
         assert f"<code>{q.function}</code>" in page.read_text(), q.function
     mutants = Page((committed_site / "mutants.html").read_text())
@@ -149,10 +149,10 @@ def test_cells_say_what_the_report_says(fixture_site):
     assert cells["aggregate"].attrs["data-status"] == "fail"
     assert cells["ppo_token_loss"].attrs["data-status"] == "variant"
     absent = [c for c in index.find("td", "cell", data_adapter="trl") if c.attrs["data-status"] == "absent"]
-    assert len(absent) == len(REGISTRY) - 7
+    assert len(absent) == len(RECORDS) - 7
     verl = index.find("td", "cell", data_adapter="verl")
-    assert len(verl) == len(REGISTRY) + 1 and {c.attrs["data-status"] for c in verl} == {"not_installed"}
-    assert sorted(c.attrs["data-row"] for c in verl) == sorted([q.function for q in REGISTRY] + ["agg.partition[token_mean]"])
+    assert len(verl) == len(RECORDS) + 1 and {c.attrs["data-status"] for c in verl} == {"not_installed"}
+    assert sorted(c.attrs["data-row"] for c in verl) == sorted([q.function for q in RECORDS] + ["agg.partition[token_mean]"])
     assert "rlspec frameworks install verl" in (fixture_site / "frameworks" / "verl.html").read_text()
     headers = [" ".join(h.text.split()) for h in index.find("th", "col")]
     assert headers == ["trl 9.9.9", "verl"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.registry import REGISTRY
+from conformance.records import RECORDS
 from conformance.tolerances import DEFAULT, DTYPES, OVERRIDES, tolerance
 
 
@@ -18,7 +18,7 @@ def test_override_has_a_reason_and_widens(key):
     assert override.rtol > base.rtol or override.atol > base.atol, f"{key}: widens nothing"
 
 
-@pytest.mark.parametrize("spec_id", sorted({r.spec_id for r in REGISTRY}))
+@pytest.mark.parametrize("spec_id", sorted({r.spec_id for r in RECORDS}))
 @pytest.mark.parametrize("what", ["value", "grad"])
 def test_precision_classes_are_nested(spec_id, what):
     tols = [tolerance(spec_id, d, what) for d in DTYPES]  # finest first

@@ -15,10 +15,11 @@ import pytest
 import oracle
 from conformance import SPEC_VERSION, cli
 from conformance.adapters.builtin import oracle_adapter, refimpl_adapter
-from conformance.registry import REGISTRY
+from conformance.records import RECORDS, golden_catalogue
 from conformance.vectors import V1_ROOT, generate, golden
 from tests.conformance import hand_formulas as hand
-from conformance.vectors.catalogue import CATALOGUE
+
+CATALOGUE = golden_catalogue()
 
 VECTORS = golden.load_vectors(V1_ROOT)  # verifies the manifest first
 BY_ID = {v["id"]: v for v in VECTORS}
@@ -58,7 +59,7 @@ def test_ids_unique_and_files_named_by_id():
         assert golden.load_vector(V1_ROOT / name)["id"] == name[: -len(".json")]
 
 
-@pytest.mark.parametrize("record", REGISTRY, ids=lambda r: r.function)
+@pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.function)
 def test_every_function_has_at_least_five_vectors_and_its_presets(record):
     vectors = [v for v in VECTORS if v["function"] == record.function]
     assert len(vectors) >= 5
@@ -72,7 +73,7 @@ def test_every_function_has_at_least_five_vectors_and_its_presets(record):
 
 def test_metadata():
     for v in VECTORS:
-        record = next(r for r in REGISTRY if r.function == v["function"])
+        record = next(r for r in RECORDS if r.function == v["function"])
         assert v["spec_id"] == record.spec_id and v["spec_version"] == SPEC_VERSION
         assert v["tolerance_class"] == "float64"
         assert v["generator_version"] == generate.GENERATOR_VERSION

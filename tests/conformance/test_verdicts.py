@@ -273,7 +273,7 @@ def test_fixed_keywords_never_edit_the_shared_golden_cases():
     verl's row of the same process)."""
     from conformance.adapters.builtin import refimpl_adapter
     from conformance.commands.check import golden_cases
-    from conformance.registry import BY_FUNCTION
+    from conformance.records import BY_FUNCTION
     from conformance.suite import check_row
 
     record = BY_FUNCTION["kl_penalty"]

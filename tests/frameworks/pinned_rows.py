@@ -13,7 +13,7 @@ import pytest
 
 from conformance.frameworks import subprocess_worker as sw
 from conformance.commands.check import golden_cases, load_adapters
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION
 from conformance.suite import check_row, seeds_for
 
 

@@ -16,7 +16,7 @@ import pytest
 import oracle
 from conformance.adapters import BUILTIN_ADAPTERS
 from conformance.commands.check import golden_cases
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION
 from conformance.suite import check_row, seeds_for
 from tests.frameworks import pinned_rows
 

@@ -18,11 +18,11 @@ import torch
 trl = pytest.importorskip("trl", reason="TRL is not installed (pip install -c .ci/constraints.txt trl==1.16.0)")
 
 import oracle  # noqa: E402
-from conformance import cases  # noqa: E402
+from conformance.records import cases, make_case  # noqa: E402
 from conformance.frameworks.trl import checks as trl_checks  # noqa: E402
 from conformance.adapters import BUILTIN_ADAPTERS, load_adapter  # noqa: E402
 from conformance.commands.check import golden_cases, load_adapters  # noqa: E402
-from conformance.registry import BY_FUNCTION  # noqa: E402
+from conformance.records import BY_FUNCTION  # noqa: E402
 from conformance.suite import check_row, seeds_for  # noqa: E402
 
 N_SEEDS = 4
@@ -405,7 +405,7 @@ def test_finding_bias_corrected_kl_changes_the_gradient_on_policy(adapter):
 def test_finding_fused_entropy_cancellation(adapter):
     """TRL's fused head computes the entropy as log Z - sum_v p_v z_v in float32, which cancels for
     confident rows with large logits: |error| 5e-6 at |z/T| ~ 33 (float32 -sum p log p: 2.6e-7)."""
-    case = cases.make_case("token_entropy_from_hidden", 507326349)
+    case = make_case("token_entropy_from_hidden", 507326349)
     r = cases.rounded_args(case, "float32")
     tau = case.kwargs["temperature"]
     h, W, mask = (torch.tensor(r[k], dtype=torch.float32) for k in ("hidden", "weight", "mask"))

@@ -917,7 +917,7 @@ def test_finding_gmpo_row_sum_epsilon_is_a_precision_finding(adapter):
     """The core gmpo_token_loss row is canonical, with a float64 precision finding (float32 class): verl's
     n_b + 1e-8 (core_algos.py:1984, :1987) is a relative 1e-8/n_b, printed with the adapter's note."""
     from conformance.commands.check import golden_cases
-    from conformance.registry import BY_FUNCTION
+    from conformance.records import BY_FUNCTION
     from conformance.suite import check_row, seeds_for
 
     record = BY_FUNCTION["gmpo_token_loss"]

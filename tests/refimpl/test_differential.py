@@ -7,7 +7,7 @@ from hypothesis import assume, given
 
 from conformance.adapters.builtin import refimpl_adapter
 from conformance.differential import run_case
-from conformance.registry import REGISTRY
+from conformance.records import RECORDS
 
 ADAPTER = refimpl_adapter()
 
@@ -21,7 +21,7 @@ def _check(record, case, dtype, kwargs=None):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
-@pytest.mark.parametrize("record", REGISTRY, ids=lambda q: q.function)
+@pytest.mark.parametrize("record", RECORDS, ids=lambda q: q.function)
 def test_refimpl_matches_oracle(record, dtype):
     @given(case=record.strategy())
     def check(case):
@@ -31,7 +31,7 @@ def test_refimpl_matches_oracle(record, dtype):
 
 
 PRESET_PARAMS = [
-    (record, preset) for record in REGISTRY for preset in sorted(record.presets)
+    (record, preset) for record in RECORDS for preset in sorted(record.presets)
 ]
 
 

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 import refimpl
-from conformance import cases
+from conformance.records import cases, make_case
 from conformance.adapters import load_adapter
 from conformance.bench.runner import run_case as run_bench_case
 from conformance.differential import run_case
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION
 from refimpl import fused_budget
 
 FUNCTIONS = ["token_logprobs_from_hidden", "token_entropy_from_hidden"]
@@ -39,7 +39,7 @@ def test_conformance_cases_with_kept_tiles(monkeypatch, function, keep, dtype):
     adapter = load_adapter("refimpl")
     record = BY_FUNCTION[function]
     for seed in [497, 1070, 1969, *range(30)]:
-        case = cases.make_case(function, seed)
+        case = make_case(function, seed)
         outcome = run_case(record, adapter, case, dtype, {**case.kwargs, "memory_budget": 1 << 40}, case.kwargs)
         assert outcome.status in ("pass", "ill_conditioned"), outcome.report()
     assert any(n > 0 for n in kept_counts)

@@ -10,10 +10,10 @@ import torch
 
 import refimpl
 import refimpl.fused_logprobs as fused
-from conformance import cases
+from conformance.records import cases, make_case
 from conformance.adapters import load_adapter
 from conformance.differential import run_case
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION
 
 # seeds whose bfloat16 case failed the spec tolerance with a half GEMM for d hidden
 REGRESSION_SEEDS = [497, 1070, 1969]
@@ -26,7 +26,7 @@ def test_conformance_cases_in_bfloat16(monkeypatch, half, function):
     adapter = load_adapter("refimpl")
     record = BY_FUNCTION[function]
     for seed in REGRESSION_SEEDS + list(range(40)):
-        outcome = run_case(record, adapter, cases.make_case(function, seed), "bfloat16", None)
+        outcome = run_case(record, adapter, make_case(function, seed), "bfloat16", None)
         assert outcome.status in ("pass", "ill_conditioned"), outcome.report()
 
 

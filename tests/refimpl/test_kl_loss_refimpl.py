@@ -1,7 +1,7 @@
 """refimpl.kl_loss_term (spec v1.1 kl.loss): the properties that need no oracle. Hand values and autograd
 gradients of the four forms, values equal across forms where the spec says so with gradients that
 differ, constants detached, 0·inf := 0, dtypes, error messages, signature. (The differential tests
-against the oracle come from the conformance registry.)
+against the oracle come from the conformance records.)
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 need no oracle: hand-computed values and gradients, masked positions never matter, exp overflow
 (0·inf := 0, σ saturation, the float64 path for an in-range product of an out-of-range ratio), dtypes,
 constants detached, error messages, degenerate batches, signatures. (The differential tests against
-the oracle come from the conformance registry.)
+the oracle come from the conformance records.)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """refimpl.offpolicy (spec v1.1, api.md "Spec v1.1: off-policy and asynchronous training"): the
 properties that need no oracle. Constants are detached; masked positions never matter; exp overflow
 gives inf, then truncation / masking; 0·inf := 0 in the decoupled loss; dtypes; error messages.
-(The differential tests against the oracle come from the conformance registry.)
+(The differential tests against the oracle come from the conformance records.)
 """
 
 from __future__ import annotations

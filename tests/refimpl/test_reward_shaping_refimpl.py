@@ -1,6 +1,6 @@
 """refimpl.overlong_penalty and refimpl.shaped_rewards (spec v1.1 reward.overlong / reward.shaping): the
 properties that need no oracle: hand values, output dtypes, no gradient, input tensors left alone, error
-messages. (The differential tests against the oracle come from the conformance registry.)
+messages. (The differential tests against the oracle come from the conformance records.)
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ import torch
 
 import oracle
 import refimpl
-from conformance import cases
-from conformance.registry import BY_FUNCTION
+from conformance.records import cases, make_case
+from conformance.records import BY_FUNCTION
 
 LIBS = {"oracle": oracle, "refimpl": refimpl}
 
@@ -97,7 +97,7 @@ def _ensure_valid_position(args: dict[str, Any]) -> None:
 
 
 def _from_registry(function: str, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    case = cases.make_case(function, seed)
+    case = make_case(function, seed)
     args = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in case.args.items()}
     _ensure_valid_position(args)
     return args, dict(case.kwargs)

@@ -13,11 +13,11 @@ import torch
 
 import oracle
 import refimpl
-from conformance import cases
+from conformance.records import cases, make_case
 from conformance import report as reports
 from conformance.commands.check import run_report, selected_records
 from conformance.differential import run_case
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION
 from conformance.vectors import golden
 
 EXAMPLES = "tests.conformance.example_adapters"
@@ -86,7 +86,7 @@ def _shares(x, y: np.ndarray) -> bool:
 
 def test_inputs_handed_to_an_adapter_are_copies():
     record = BY_FUNCTION["pg_token_loss"]
-    case = cases.make_case("pg_token_loss", 3)
+    case = make_case("pg_token_loss", 3)
     golden_cases = golden.cases_for("pg_token_loss")
     for api in ("torch", "numpy"):
         seen: list = []
@@ -122,5 +122,5 @@ def test_the_builtin_adapters_pass_the_isolation_checks():
         for function in ("ppo_token_loss", "grpo_advantages", "gae", "aggregate", "token_logprobs", "ppo_clipped_mask"):
             record = BY_FUNCTION[function]
             for dtype in getattr(adapter, "dtypes"):
-                outcome = run_case(record, adapter, cases.make_case(function, 11), dtype)
+                outcome = run_case(record, adapter, make_case(function, 11), dtype)
                 assert outcome.status in ("pass", "ill_conditioned"), outcome.report()

@@ -18,9 +18,9 @@ import torch
 
 import oracle
 import refimpl
-from conformance import cases
+from conformance.records import cases
 from conformance.compare import compare
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION
 from conformance.tolerances import Tol, tolerance
 
 DTYPES = ("float64", "float32", "bfloat16")

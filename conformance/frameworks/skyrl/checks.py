@@ -54,7 +54,7 @@ from conformance.frameworks.checks import (
     scaled,
     value_loss_candidates,
 )
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION
 from conformance.suite import RowResult
 from conformance.tolerances import Tol, tolerance
 

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 import oracle
-from conformance import cases
+from conformance.records import cases
 from conformance.frameworks.checks import (
     Candidate,
     composition_row,

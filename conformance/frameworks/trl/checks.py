@@ -96,6 +96,7 @@ from conformance.frameworks.checks import Comparison, Piece, scaled
 from conformance.frameworks.trl.adapter import is_mode_to_spec
 from conformance.suite import RowResult, match_status, seeds_for
 from conformance.tolerances import Tol, tolerance
+from conformance.records import inputs, make_case
 
 # ---------------------------------------------------------------------------------------------
 # The batch
@@ -577,7 +578,7 @@ def entropy_terms(run: dict[str, Any]) -> tuple[np.ndarray | None, np.ndarray | 
     H = oracle.token_entropy_from_hidden(run["hidden"], run["weight"], m, temperature=run["temperature"])
     if rho >= 1.0:
         return H, None
-    from conformance.registry import BY_FUNCTION
+    from conformance.records import BY_FUNCTION
 
     if not BY_FUNCTION["entropy_top_mask"].well_conditioned({"entropy": H, "mask": m}, {"rho": rho}):
         raise ValueError(f"a valid entropy of this batch lies within rounding distance of the top-{rho:g} threshold")
@@ -993,14 +994,14 @@ def nanstd_row(adapter: Any, seed: int) -> RowResult:
 
 def fused_softmax_entropy_row(adapter: Any, seed: int, n_seeds: int = 4) -> RowResult:
     """``selective_log_softmax_and_entropy`` = (token_logprobs, token_entropy), values and gradients."""
-    from conformance import cases
+    from conformance.records import cases
 
     t0 = time.perf_counter()
     row = RowResult(id="trl.selective_log_softmax_and_entropy", spec_id="logprob.token+logprob.entropy",
                     function="trl.selective_log_softmax_and_entropy", adapter=adapter.name, status="pass")
     c = Comparison()
     for s in seeds_for("token_logprobs", seed, n_seeds):
-        case = cases.make_case("token_logprobs", s)
+        case = make_case("token_logprobs", s)
         r = cases.rounded_args(case, "float32")
         tau = case.kwargs["temperature"]
         logits = torch.tensor(r["logits"], dtype=torch.float32, requires_grad=True)
@@ -1041,12 +1042,12 @@ ENTROPY_MASK_RHOS = (0.2, 0.5, 0.8)
 def entropy_mask_batch(seed: int, rho: float) -> tuple[np.ndarray, np.ndarray]:
     """(entropies [7, 9] float32-exact float64, mask [7, 9]) with every valid entropy off the top-rho
     threshold of the whole batch (the registry's conditioning)."""
-    from conformance import cases
-    from conformance.registry import BY_FUNCTION
+    from conformance.records import cases
+    from conformance.records import BY_FUNCTION
 
     rng = np.random.default_rng(seed)
     for _ in range(100):
-        m = cases.ragged_mask(rng, 7, 9, empty_rows=False)
+        m = inputs.ragged_mask(rng, 7, 9, empty_rows=False)
         m[6] = False
         H = np.concatenate([rng.exponential(scale, size=(stop - start, 9))
                             for (start, stop), scale in zip(MASK_RANKS, MASK_RANK_SCALES)])

@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 import oracle
-from conformance import cases
+from conformance.records import cases, make_case
 from conformance.frameworks import spec_io as io
 from conformance.frameworks.checks import (
     NP,
@@ -75,7 +75,7 @@ from conformance.frameworks.checks import (
     value_and_grad_tolerances,
     value_loss_candidates,
 )
-from conformance.registry import BY_FUNCTION
+from conformance.records import BY_FUNCTION
 from conformance.suite import RowResult
 from conformance.tolerances import tolerance
 
@@ -731,7 +731,7 @@ def gae_whitened_row(adapter: Any, seed: int, n_seeds: int = 8) -> RowResult:
     refused = 0
     inputs = []
     for s in seeds_for("verl.gae", seed, n_seeds):
-        case = cases.make_case("gae", s)
+        case = make_case("gae", s)
         inputs.append((f"seed {s}", case.args["token_rewards"], case.args["values"], case.args["mask"], case.kwargs))
         row.seeds.append(s)
     b = loss_batch(seed)

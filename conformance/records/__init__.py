@@ -1,0 +1,70 @@
+"""The records: one `Quantity` per quantity of the spec, the single source of everything rlspec knows
+about it (signature, cases, golden entries, bad inputs, extremes, conditioning; presets and mutants by
+discovery). Tests and conformance checks iterate `RECORDS`; nothing else lists the quantities.
+
+The records are grouped by family in modules named like the oracle's and the refimpl's modules that
+implement them (`oracle/policy_losses.py`, `refimpl/...`, `conformance/records/policy_losses.py`); each
+module exports its `RECORDS`. `MODULES` fixes the order of the families (the order of every table).
+Adding a quantity: docs/contributing.md.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+from conformance.records import (
+    advantages,
+    aggregation,
+    composite,
+    controllers,
+    covariance,
+    entropy_terms,
+    estimators,
+    fused_head,
+    gae,
+    kl,
+    logprobs,
+    metrics,
+    offpolicy,
+    policy_losses,
+    reward_shaping,
+    rewards,
+    value_loss,
+    whiten,
+)
+from conformance.records.cases import Case
+from conformance.records.record import GoldenCase, Quantity
+
+# Families in spec order: the order of `RECORDS`, and so of every report, table and generated list.
+MODULES = (logprobs, fused_head, advantages, rewards, gae, whiten, kl, policy_losses, value_loss, aggregation,
+           metrics, composite, offpolicy, estimators, reward_shaping, covariance, entropy_terms, controllers)
+
+RECORDS: tuple[Quantity, ...] = tuple(r for module in MODULES for r in module.RECORDS)
+BY_FUNCTION: dict[str, Quantity] = {r.function: r for r in RECORDS}
+
+
+def records_for(spec_glob: str = "*") -> list[Quantity]:
+    """Records whose spec id or function name matches a glob (`adv.*`, `loss.ppo`, `gae`)."""
+    return [r for r in RECORDS if fnmatch.fnmatch(r.spec_id, spec_glob) or fnmatch.fnmatch(r.function, spec_glob)]
+
+
+def make_case(function: str, seed: int) -> Case:
+    """The property case of `function` that `seed` names (the reproduction entry point)."""
+    return BY_FUNCTION[function].make_case(seed)
+
+
+def golden_catalogue() -> list[GoldenCase]:
+    """Every golden entry of every record (hand-built, one per preset, seeded), record by record."""
+    return [e for r in RECORDS for e in r.golden_entries(r.presets)]
+
+
+def module_of(record: Quantity) -> str:
+    """The module holding a record (`policy_losses`): its oracle and refimpl modules are named alike."""
+    for module in MODULES:
+        if record in module.RECORDS:
+            return module.__name__.rsplit(".", 1)[-1]
+    raise KeyError(record.function)
+
+
+__all__ = ["MODULES", "RECORDS", "BY_FUNCTION", "records_for", "make_case", "golden_catalogue", "module_of", "Quantity",
+           "GoldenCase"]
