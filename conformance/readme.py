@@ -12,9 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import oracle
-from conformance import frameworks, spec
+from conformance import spec
 from oracle.presets import SCOPE
-from conformance.records import RECORDS
+from conformance.records import FAMILIES, RECORDS
+from conformance.runner.discovery import framework_names
 from conformance.tolerances import DEFAULT, OVERRIDES
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -75,8 +76,8 @@ def adapter_keywords_table() -> str:
 
 def verdicts_table() -> str:
     """What a row of `rlspec check` can say, and which of it `--fail-on` can count."""
-    from conformance.report import DEFAULT_FAIL_ON, FINDING_DESCRIPTIONS
-    from conformance.suite import STATUSES
+    from conformance.runner.report import DEFAULT_FAIL_ON, FINDING_DESCRIPTIONS
+    from conformance.runner.rows import STATUSES
 
     lines = ["| kind | what it means | counts for the exit code by default |", "|---|---|---|"]
     for kind, what in {**STATUSES, **FINDING_DESCRIPTIONS}.items():
@@ -99,7 +100,7 @@ def _framework_columns() -> list:
     """Every framework folder's committed report (conformance/reports/<name>.json) as a site column."""
     from conformance.site.matrix import framework_columns
 
-    return framework_columns(README.parent / "conformance" / "reports", frameworks.names())
+    return framework_columns(README.parent / "conformance" / "reports", framework_names())
 
 
 def frameworks_table() -> str:
@@ -147,12 +148,6 @@ def _framework_cell(row: dict) -> str:
     return text + (f" ({'; '.join(marks)})" if marks else "")
 
 
-FAMILY_NAMES = {
-    "logprob": "log-probs and entropy", "adv": "advantage estimators", "reward": "rewards and shaping",
-    "kl": "KL estimators and the KL term", "loss": "policy and value losses", "agg": "loss aggregation",
-    "metric": "metrics", "offpolicy": "off-policy corrections", "select": "token selection",
-    "entropy": "entropy terms", "ctrl": "coefficient controllers",
-}
 
 
 def spec_summary() -> str:
@@ -164,7 +159,7 @@ def spec_summary() -> str:
              "PyTorch refimpl, golden vectors and framework presets:", "",
              "| family | quantities |", "|---|---|"]
     for prefix, functions in families.items():
-        lines.append(f"| {FAMILY_NAMES.get(prefix, prefix)} (`{prefix}.*`) | {', '.join(dict.fromkeys(functions))} |")
+        lines.append(f"| {FAMILIES.get(prefix, prefix)} (`{prefix}.*`) | {', '.join(dict.fromkeys(functions))} |")
     return "\n".join(lines)
 
 

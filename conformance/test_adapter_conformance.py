@@ -1,24 +1,18 @@
-"""The conformance suite as pytest tests (collected with `pytest --pyargs conformance`)."""
+"""The conformance suite as pytest tests (collected with `pytest --pyargs conformance`; conformance/pytest_plugin.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from conformance import report as reports
-from conformance.commands.check import RunOptions, run_row
-from conformance.commands.check import _fail_on as parse_fail_on
+from conformance.runner import report as reports
 
 
-def test_conformance(rlspec_unit, request):
-    record, adapter, ref = rlspec_unit
-    option = request.config.getoption
-    options = RunOptions(seed=option("--rlspec-seed"), n_seeds=option("--rlspec-n-seeds"),
-                         strict_precision=option("--rlspec-strict-precision"))
-    fail_on = parse_fail_on(option("--rlspec-fail-on") or ",".join(reports.DEFAULT_FAIL_ON))
-    row = run_row(record, adapter, ref, options)
-    if row.status == "not_implemented":
-        pytest.skip(row.message)
-    text = "\n".join([reports.cell(row), *reports.row_details(row), *(f["message"] for f in row.precision_findings)])
-    if reports.row_findings(row) & set(fail_on):
+def test_conformance(rlspec_rows):
+    rows, fail_on = rlspec_rows
+    if rows and all(r.status == "not_implemented" for r in rows):
+        pytest.skip("; ".join(r.message for r in rows))
+    text = "\n\n".join("\n".join([f"{reports.row_label(r)}: {reports.cell(r)}", *reports.row_details(r),
+                                  *(f["message"] for f in r.precision_findings)]) for r in rows)
+    if any(reports.row_findings(r) & set(fail_on) for r in rows):
         pytest.fail(text, pytrace=False)
     print(text)

@@ -44,8 +44,8 @@ import numpy as np
 import torch
 
 import oracle
-from conformance.compare import Mismatch, compare
-from conformance.suite import RowResult
+from conformance.runner.compare import Mismatch, compare
+from conformance.runner.rows import RowResult
 from conformance.tolerances import Tol, tolerance
 
 EXACT = Tol(rtol=0.0, atol=0.0, reason="bitwise identity")

@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from conformance.report import AdapterInfo, Report, render_table, write_outputs
+    from conformance.runner.report import AdapterInfo, Report, render_table, write_outputs
 
     if args.steps < 1:
         print("rlspec e2e: --steps: expected >= 1", file=sys.stderr)

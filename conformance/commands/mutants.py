@@ -6,7 +6,7 @@ other functions are the refimpl's own, checked once in the refimpl run). A mutan
 
 - **caught** when one of those rows is not a pass (FAIL, ERROR, or a preset/variant match);
 - **diagnosed** when its own bug class is among the row's `consistent_with` (its outputs were
-  reproduced by the mutant and its failure pattern fits, `conformance.diagnosis`); the number of
+  reproduced by the mutant and its failure pattern fits, `conformance.runner.diagnosis`); the number of
   *other* classes listed is printed as the ambiguity;
 - **as declared** when the (function, check) pairs that fail are exactly its `signature`. Which
   oracle-compared checks fail depends on the seeded inputs, so the declarations are pinned to the
@@ -26,6 +26,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from conformance.runner.options import RunOptions
+from conformance.runner.report import cell
+from conformance.runner.run import run as run_checks
+from conformance.runner.run import select_records
 
 REFERENCE_SEED = 0
 REFERENCE_N_SEEDS = 8
@@ -128,12 +133,10 @@ def select(mutants: list[Any], globs: list[str] | None) -> list[Any]:
 
 def evaluate(mutant: Any, *, seed: int, n_seeds: int, timeout: float) -> MutantResult:
     """Run the rows of the mutant's functions against it and judge caught / diagnosed / declared."""
-    from conformance.commands.check import run_report, selected_records
-    from conformance.report import cell
 
     t0 = time.perf_counter()
-    report = run_report([mutant.adapter()], selected_records(list(mutant.functions)), seed=seed,
-                        n_seeds=n_seeds, timeout=timeout, progress=False)
+    report = run_checks([mutant.adapter()], select_records(list(mutant.functions)),
+                        RunOptions(seed=seed, n_seeds=n_seeds, timeout=timeout))
     own = mutant.label()
     caught_rows = [r for r in report.rows if r.status != "pass"]
     observed = sorted([r.function, k] for r in report.rows for k, v in r.checks.items() if v in ("fail", "error"))
@@ -165,10 +168,7 @@ def evaluate(mutant: Any, *, seed: int, n_seeds: int, timeout: float) -> MutantR
 
 def refimpl_false_positives(*, seed: int, n_seeds: int, timeout: float) -> list[dict[str, Any]]:
     """Every refimpl row that is not a pass, with its failing checks."""
-    from conformance.commands.check import run_report, selected_records
-
-    report = run_report(["refimpl"], selected_records(None), seed=seed, n_seeds=n_seeds, timeout=timeout,
-                        progress=False)
+    report = run_checks(["refimpl"], select_records(None), RunOptions(seed=seed, n_seeds=n_seeds, timeout=timeout))
     return [
         {"function": r.function, "status": r.status,
          "checks": [k for k, v in r.checks.items() if v in ("fail", "error")],

@@ -18,7 +18,7 @@ from pathlib import Path
 from string import Template
 
 from conformance import SPEC_VERSION, SUITE_VERSION, spec
-from conformance.adapters import DEFAULT_DTYPES
+from conformance.runner.protocol import DEFAULT_DTYPES
 from conformance.records import RECORDS, Quantity
 
 WIDTH = 100
@@ -162,14 +162,14 @@ def _attributes(name: str, array_api: str) -> list[tuple[str, str]]:
          "bfloat16'}.", "precision_notes: dict[str, str] = {}"),
         ("Replace by a method micro_batched_loss(self, token_loss_chunks, mask_chunks, *, mode, "
          "norm_length=None, dp_world_size=1) -> one scalar loss per chunk, as the framework computes it per "
-         "micro-batch, to get the agg.partition[<mode>] rows checked (contract: conformance/partition.py).",
+         "micro-batch, to get the agg.partition[<mode>] rows checked (contract: conformance/runner/partition.py).",
          "micro_batched_loss = None"),
     ]
     if array_api == "numpy":
         attributes.append(("Replace by micro_batched_loss_grad(self, token_loss_chunks, mask_chunks, upstream, "
                            "*, <same keywords>) -> dL/d token_loss_chunks[i] for L = upstream * sum of the "
                            "losses (None: values only).", "micro_batched_loss_grad = None"))
-    attributes.append(("Replace by a method extra_rows(self, seed) -> list[conformance.suite.RowResult] to add "
+    attributes.append(("Replace by a method extra_rows(self, seed) -> list[conformance.runner.verdict.RowResult] to add "
                        "framework-specific rows to the report (see framework_rows in "
                        "conformance/commands/check.py).", "extra_rows = None"))
     return attributes

@@ -10,13 +10,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from conformance import frameworks
-from conformance import report as reports
-from conformance.commands.check import run_report, selected_records
-from conformance.suite import STATUSES
+from conformance.runner import report as reports
+from conformance.runner.discovery import framework_names
+from conformance.runner.options import RunOptions
+from conformance.runner.rows import STATUSES
+from conformance.runner.run import run as run_checks
+from conformance.runner.run import select_records
 
 REPORTS_DIR = Path(__file__).resolve().parent.parent / "reports"
-FRAMEWORKS = frameworks.names()
+FRAMEWORKS = framework_names()
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in args.adapter or FRAMEWORKS:
-        rep = run_report([name], selected_records(None), seed=args.seed, n_seeds=args.n_seeds, timeout=600, progress=False)
+        rep = run_checks([name], select_records(None), RunOptions(seed=args.seed, n_seeds=args.n_seeds, timeout=600))
         info = rep.adapters[0]
         if info.status != "ok":
             print(f"{name}: {info.status.replace('_', ' ')} ({info.message}); kept the previous report")

@@ -11,12 +11,13 @@ from typing import Any
 import numpy as np
 
 from conformance.records import cases, make_case
-from conformance.adapters import AdapterLoadError, load_adapter
-from conformance.differential import BELOW, PRECISIONS
+from conformance.runner.loading import AdapterLoadError, load_adapter
+from conformance.runner.protocol import LoadedAdapter
+from conformance.runner.differential import BELOW, PRECISIONS
 from conformance.errors import BrokenRun
-from conformance.invariants import METAMORPHIC
+from conformance.runner.invariants import METAMORPHIC
 from conformance.records import BY_FUNCTION, Quantity
-from conformance.suite import _Trial
+from conformance.runner.verdict import Trial
 
 INVARIANTS = sorted(k.split(":", 1)[1] for k in METAMORPHIC) + ["on_policy"]
 
@@ -83,10 +84,10 @@ def run_row(args: argparse.Namespace) -> int:
     if args.function or args.vector or args.invariant or args.kw or args.oracle_kw or args.precision:
         raise BrokenRun("--row: give only --adapter and --seed with it (a framework row fixes its own case)")
     try:
-        adapter = load_adapter(args.adapter)
+        adapter = LoadedAdapter.of(load_adapter(args.adapter))
     except AdapterLoadError as exc:
         raise BrokenRun(f"{exc}") from None
-    extra = getattr(adapter, "extra_rows", None)
+    extra = adapter.extra_rows
     if extra is None:
         raise BrokenRun(f"--row: adapter {args.adapter!r} defines no framework-specific rows (extra_rows)")
     rows = extra(0 if args.seed is None else args.seed)
@@ -114,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         raise BrokenRun(f"--invariant {args.invariant}: rlspec check runs no such check for {record.function} "
                         f"(its invariants: {', '.join(_invariants_of(record)) or 'none'})")
     try:
-        adapter = load_adapter(args.adapter)
+        adapter = LoadedAdapter.of(load_adapter(args.adapter))
     except AdapterLoadError as exc:
         raise BrokenRun(f"{exc}") from None
     if args.vector is not None:
@@ -125,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         if args.invariant == "on_policy":
             case = cases.on_policy(case)
     kwargs = parse_kw(args.kw) if args.kw else record.question_kwargs(case.kwargs)
-    trial = _Trial(kind, case, args.dtype, kwargs, parse_kw(args.oracle_kw, "--oracle-kw"))
+    trial = Trial(kind, case, args.dtype, kwargs, parse_kw(args.oracle_kw, "--oracle-kw"))
     outcome = trial.run(record, adapter, ref=args.adapter, tol_class=args.precision)
     if args.show_inputs:
         with np.printoptions(precision=6, suppress=True, linewidth=120):

@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
     print(_format_summary(summary, cfg.out_dir, time.perf_counter() - t0))
     payload: dict[str, Any] = {"summary": summary}
     if verifier is not None:
-        from conformance.report import AdapterInfo, Report, render_table
+        from conformance.runner.report import AdapterInfo, Report, render_table
 
         report = Report(seed=cfg.seed, n_seeds=1, adapters=[AdapterInfo("refimpl", "trainer", "v1")],
                         rows=verifier.rows(), seconds=verifier.seconds)

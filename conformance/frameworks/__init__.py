@@ -14,25 +14,6 @@ A framework's folder holds everything about it:
 Beside them, the machinery they share: ``subprocess_worker.py`` / ``subprocess_adapter.py`` (the
 isolated environments and the JSON-lines worker), ``shared_ops.py`` (what several ``ops.py`` share, loaded
 by the worker), ``spec_io.py`` (spec-side argument checks and conversions) and ``checks.py`` (fixed-keyword
-and composition rows). Adding a framework is adding one folder.
+and composition rows). Adding a framework is adding one folder: the runner finds the homes by discovery
+(`conformance.runner.discovery`).
 """
-
-from __future__ import annotations
-
-import importlib
-from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
-
-
-def names() -> tuple[str, ...]:
-    """Every framework folder (one with an ``adapter.py``), sorted."""
-    return tuple(sorted(p.parent.name for p in HERE.glob("*/adapter.py")))
-
-
-def adapter_path(name: str) -> str:
-    """``module:Class`` of framework ``name``'s adapter (imports only its light ``__init__``)."""
-    return f"conformance.frameworks.{name}.adapter:{importlib.import_module(f'conformance.frameworks.{name}').ADAPTER}"
-
-
-__all__ = ["names", "adapter_path"]

@@ -27,9 +27,10 @@ import numpy as np
 
 import oracle
 from conformance.records import cases
-from conformance.compare import Mismatch, compare, differences, greatest
+from conformance.runner.compare import Mismatch, compare, differences, greatest
 from conformance.records import BY_FUNCTION
-from conformance.suite import RowResult, check_row, match_status, seeds_for
+from conformance.runner.rows import RowResult, match_status, seeds_for
+from conformance.runner.verdict import check_row
 from conformance.tolerances import Tol, tolerance
 
 # ---------------------------------------------------------------------------------------------

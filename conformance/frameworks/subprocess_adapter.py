@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.adapters.loading import AdapterLoadError
+from conformance.runner.loading import AdapterLoadError
 from conformance.frameworks.subprocess_worker import FrameworkUnavailable, get_worker
 from conformance.frameworks import spec_io as io
 
@@ -263,7 +263,7 @@ class SubprocessAdapter(ABC):
         return self._value(values, old_values, returns, mask, clip, upstream)
 
     # ------------------------------------------------------------------------------------------
-    # agg.partition (conformance/partition.py): the trainer's per-micro-batch loss
+    # agg.partition (conformance/runner/partition.py): the trainer's per-micro-batch loss
     # ------------------------------------------------------------------------------------------
 
     @abstractmethod

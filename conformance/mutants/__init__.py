@@ -1,7 +1,7 @@
 """The mutation catalogue: the refimpl with one real-world RL-trainer bug injected per module.
 
 `rlspec mutants` runs the conformance suite against every mutant and proves each is caught and
-diagnosed; `conformance.diagnosis` uses the same catalogue to name the known bugs a failing adapter
+diagnosed; `conformance.runner.diagnosis` uses the same catalogue to name the known bugs a failing adapter
 is consistent with. Any mutant can also be checked like an adapter:
 
     rlspec check --adapter conformance.mutants.adapters:kl_sign_flipped

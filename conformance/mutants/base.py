@@ -6,7 +6,7 @@ bug (built from refimpl pieces or plain torch, never random noise); its `signatu
 checks of `rlspec check` the bug makes fail, per function (`RowResult.checks` keys: `property`,
 `golden`, `invariant:mask`, `invariant:on_policy`, `invariant:partition`, `invariant:detached`,
 `preset:<name>`). `rlspec mutants` verifies that the observed failures equal the declaration, and
-`conformance.diagnosis` uses the declarations and the replacement functions to say which known bugs
+`conformance.runner.diagnosis` uses the declarations and the replacement functions to say which known bugs
 a failing adapter is consistent with.
 
 Adding a mutant is adding one file here (see README.md); discovery is automatic.
@@ -104,7 +104,7 @@ def _constant_outputs(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @functools.lru_cache(maxsize=None)
 def _cached_adapter(mutant: Mutant) -> types.SimpleNamespace:
-    from conformance.adapters.builtin import refimpl_adapter
+    from conformance.runner.builtin import refimpl_adapter
 
     ns = types.SimpleNamespace(**vars(refimpl_adapter()))
     ns.name = f"mutant:{mutant.name}"

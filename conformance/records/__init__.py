@@ -39,6 +39,14 @@ from conformance.records.record import GoldenCase, Quantity
 MODULES = (logprobs, fused_head, advantages, rewards, gae, whiten, kl, policy_losses, value_loss, aggregation,
            metrics, composite, offpolicy, estimators, reward_shaping, covariance, entropy_terms, controllers)
 
+# The spec families (a spec id's prefix) and what the tables call them.
+FAMILIES = {
+    "logprob": "log-probs and entropy", "adv": "advantage estimators", "reward": "rewards and shaping",
+    "kl": "KL estimators and the KL term", "loss": "policy and value losses", "agg": "loss aggregation",
+    "metric": "metrics", "offpolicy": "off-policy corrections", "select": "token selection",
+    "entropy": "entropy terms", "ctrl": "coefficient controllers",
+}
+
 RECORDS: tuple[Quantity, ...] = tuple(r for module in MODULES for r in module.RECORDS)
 BY_FUNCTION: dict[str, Quantity] = {r.function: r for r in RECORDS}
 
@@ -66,5 +74,5 @@ def module_of(record: Quantity) -> str:
     raise KeyError(record.function)
 
 
-__all__ = ["MODULES", "RECORDS", "BY_FUNCTION", "records_for", "make_case", "golden_catalogue", "module_of", "Quantity",
+__all__ = ["MODULES", "FAMILIES", "RECORDS", "BY_FUNCTION", "records_for", "make_case", "golden_catalogue", "module_of", "Quantity",
            "GoldenCase"]

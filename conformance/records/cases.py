@@ -86,6 +86,15 @@ def torch_args(rounded: dict[str, Any], dtype: str, grad_args: tuple[str, ...]) 
     return out
 
 
+def seeded_upstream(record: Quantity, expected: tuple[Any, ...], seed: int, dtype: str) -> Any:
+    """dL/d(output) for a gradient check: seeded normal noise with the shape of the (first) output,
+    rounded to `dtype`; a float for a scalar output."""
+    g = np.random.default_rng(seed).normal(0.0, 1.0, size=np.shape(expected[0]))
+    upstream = round_to(g, dtype)
+    # `round_to` returns a 1-element 1-D array for a 0-D shape; NumPy 2 refuses float() on it.
+    return float(np.reshape(upstream, ())) if record.output == "scalar" else upstream
+
+
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
 
 
@@ -146,5 +155,5 @@ def on_policy(case: Case) -> Case:
     return case.derived(args, "on-policy")
 
 
-__all__ = ["TORCH_DTYPES", "EOS_ID", "Case", "is_float_array", "round_to", "rounded_args", "torch_args", "SEEDS",
+__all__ = ["TORCH_DTYPES", "EOS_ID", "Case", "is_float_array", "round_to", "rounded_args", "torch_args", "seeded_upstream", "SEEDS",
            "strategy", "POISON", "unused_positions", "plant_masked", "on_policy"]

@@ -15,3 +15,8 @@ import oracle
 def presets_of(function: str) -> dict[str, dict[str, Any]]:
     """{framework: keywords} of every preset that names `function`."""
     return {name: table[function] for name, table in oracle.PRESETS.items() if function in table}
+
+
+def preset_kwargs(framework: str, function: str) -> dict[str, Any]:
+    """A copy of `framework`'s preset for `function` ({} when its default is canonical)."""
+    return dict(presets_of(function).get(framework, {}))

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conformance import frameworks, spec
+from conformance import spec
+from conformance.runner.discovery import FRAMEWORKS_DIR, framework_names
 from conformance.site.markdown_html import Linker, to_html
 from conformance.site.matrix import (
     ASSETS,
@@ -195,7 +196,7 @@ class Site:
             else:
                 body.append(f'<p class="s-{esc(column.status)}">{esc(column.status.replace("_", " "))}: '
                             f"{message_html(column.message)}</p>")
-            readme = frameworks.HERE / column.name / "README.md"
+            readme = FRAMEWORKS_DIR / column.name / "README.md"
             if readme.exists():
                 body.append(f'<h2>About the {esc(column.name)} adapter</h2><div class="markdown">'
                             + to_html(readme.read_text(), self.markdown_linker(readme, page)) + "</div>")
@@ -303,7 +304,7 @@ def site_columns(reports_dir: Path = REPORTS_DIR, names: Sequence[str] | None = 
     """The framework columns (committed reports, or "not installed"), then the adapters of the extra
     report JSONs; an extra adapter named like a framework replaces that framework's column. Columns
     with results come first."""
-    columns = framework_columns(reports_dir, tuple(frameworks.names() if names is None else names))
+    columns = framework_columns(reports_dir, tuple(framework_names() if names is None else names))
     for path in extra_reports:
         for column in columns_from_report(json.loads(Path(path).read_text())):
             same = [i for i, c in enumerate(columns) if c.name == column.name]

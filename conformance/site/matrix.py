@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import oracle
-from conformance.readme import FAMILY_NAMES
-from conformance.records import RECORDS, records_for
+from conformance.records import FAMILIES, RECORDS, records_for
 from conformance.site.markdown_html import inline
-from conformance.suite import STATUSES
+from conformance.runner.rows import STATUSES
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 # what a cell can say beyond a row status (suite.STATUSES)
@@ -235,7 +234,7 @@ def matrix_table(columns: list[Column], links: Links, *, every_quantity: bool = 
         if not rows:
             continue
         out.append(f'<tbody class="family" data-family="{esc(family)}"><tr class="family-row"><th colspan="{1 + len(columns)}">'
-                   f"{esc(FAMILY_NAMES.get(family, family))} (<code>{esc(family)}.*</code>)</th></tr>")
+                   f"{esc(FAMILIES.get(family, family))} (<code>{esc(family)}.*</code>)</th></tr>")
         for lab, spec_id in rows:
             cells = "".join(cell_html(c, index[c.name].get(lab), links, lab=lab) for c in columns)
             out.append(f'<tr class="quantity" data-row="{esc(lab)}"><td class="quantity"><code>{esc(lab)}</code>'

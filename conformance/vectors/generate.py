@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from conformance import SPEC_VERSION
-from conformance.differential import seeded_upstream
 from conformance.records import BY_FUNCTION, GoldenCase, golden_catalogue
+from conformance.records.cases import seeded_upstream
 from conformance.tolerances import tolerance
 from conformance.vectors import V1_ROOT, golden
 

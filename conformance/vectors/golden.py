@@ -1,9 +1,9 @@
-"""Golden-vector files: the JSON encoding, the SHA-256 manifest, loading, and checking an adapter.
+"""Golden-vector files: the JSON encoding, the SHA-256 manifest and loading.
 
 A vector file (`v1/<function>/<slug>.json`, format in INTERPRETING.md) holds the inputs of one
 case in positional order, its keywords, and the oracle's float64 outputs (and, for quantities with
 a gradient, a seeded `upstream` and the oracle's vector-Jacobian products). `check_vector` calls an
-adapter through the same machinery as `conformance.differential.run_case` and compares with the
+adapter through the same machinery as `conformance.runner.differential.run_case` and compares with the
 stored expectation instead of a live oracle.
 """
 
@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from conformance.records import cases
-from conformance.differential import Outcome, adapter_function, check_adapter
 from conformance.records import BY_FUNCTION
 from conformance.vectors import V1_ROOT
 
@@ -259,65 +258,10 @@ def decode_expected_grads(vector: dict[str, Any]) -> tuple[np.ndarray, ...]:
     return tuple(decode_array(vector["expected_grad"][name]) for name in record.grad_args)
 
 
-# ---------------------------------------------------------------------------------------------
-# Checking an adapter
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class VectorOutcome(Outcome):
-    """An `Outcome` of an adapter on one golden vector; reports name the vector id and file."""
-
-    vector_id: str = ""
-
-    def header(self) -> str:
-        return (
-            f"[golden {self.vector_id} | spec {self.record.spec_id} | adapter={self.adapter} | "
-            f"{self.dtype}]"
-        )
-
-    def repro(self) -> str:
-        return (
-            f"conformance/vectors/v1/{self.vector_id}.json: "
-            f"golden.check_vector(golden.load_vector(path), adapter)"
-        )
-
-
-def check_vector(vector: dict[str, Any], adapter: Any, dtype: str = "float64") -> VectorOutcome:
-    """Run `adapter.<function>` on the vector's inputs and keywords and compare value and gradient
-    (if the adapter gives autograd tensors or `<function>_grad`) with the stored expectation, within
-    `conformance.tolerances.tolerance(spec_id, dtype)`.
-
-    v1 vectors are float64 cases (`tolerance_class`): their expectations hold for the float64
-    inputs only, so another `dtype` is a ValueError; the differential checks (`rlspec check`)
-    cover lower precisions against the live oracle."""
-    if dtype != vector["tolerance_class"]:
-        raise ValueError(
-            f"check_vector: dtype: vector {vector['id']} is of tolerance class "
-            f"{vector['tolerance_class']!r}, got {dtype!r}"
-        )
-    record = BY_FUNCTION[vector["function"]]
-    case = decode_case(vector)
-    outcome = VectorOutcome(
-        "pass", record, getattr(adapter, "name", "?"), dtype, case, dict(case.kwargs),
-        vector_id=vector["id"],
-    )
-    fn = adapter_function(outcome, adapter)
-    if fn is None:
-        return outcome
-    rounded = cases.rounded_args(case, dtype)
-    grads = decode_expected_grads(vector) if record.grad_args else ()
-    return check_adapter(
-        outcome, adapter, fn, rounded, decode_expected(vector), decode_upstream(vector), lambda: grads
-    )
-
-
 __all__ = [
     "MANIFEST_NAME",
     "ManifestError",
     "ManifestProblem",
-    "VectorOutcome",
-    "check_vector",
     "decode_case",
     "decode_expected",
     "decode_expected_grads",

@@ -9,10 +9,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from conformance import frameworks
+from conformance.runner.discovery import framework_names
 from conformance.site.build import REPORTS_DIR, build_site
 
-# the label `conformance.diagnosis` gives the mutant agg_empty_rows_nan (conformance/mutants/agg_empty_rows_nan.py)
+# the label `conformance.runner.diagnosis` gives the mutant agg_empty_rows_nan (conformance/mutants/agg_empty_rows_nan.py)
 AGG_NAN = ("masked mean without a zero-count guard: a row or batch with no valid token gives NaN "
            "[mutant agg_empty_rows_nan, bug-catalogue #26]")
 FAIL_REPRO = "rlspec repro aggregate --vector aggregate/all-masked-token-mean --adapter {a} --kw \"mode='token_mean'\""
@@ -83,7 +83,7 @@ class Built:
 
 def build_committed(tmp: Path, extra_reports: tuple[Path, ...] = ()) -> Built:
     """Copy conformance/reports/ and the framework list, build the site from the copy."""
-    names = frameworks.names()
+    names = framework_names()
     reports = tmp / "reports"
     shutil.copytree(REPORTS_DIR, reports)
     out = tmp / "site"

@@ -11,10 +11,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conformance import report as reports
+from conformance.runner import report as reports
 from conformance.cli import main
-from conformance.commands.check import run_report, selected_records
-from conformance.partition import MODES as PARTITION_MODES
+from conformance.runner.run import run, select_records
+from conformance.runner.options import RunOptions
+from conformance.runner.partition import MODES as PARTITION_MODES
 from conformance.records import RECORDS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,8 +73,8 @@ def test_markdown_report_has_the_table(builtin_outputs):
 
 
 def test_broken_adapter_fails_with_a_useful_message():
-    records = selected_records(["logprob.token", "adv.grpo"])
-    rep = run_report([f"{EXAMPLES}:broken"], records, seed=0, n_seeds=4, timeout=60, progress=False)
+    records = select_records(["logprob.token", "adv.grpo"])
+    rep = run([f"{EXAMPLES}:broken"], records, RunOptions(seed=0, n_seeds=4, timeout=60))
     rows = {r.function: r for r in rep.rows}
     assert rows["grpo_advantages"].status == "pass"
     bad = rows["token_logprobs"]
@@ -87,7 +88,7 @@ def test_broken_adapter_fails_with_a_useful_message():
 
 
 def test_missing_functions_are_not_implemented_never_pass():
-    rep = run_report([f"{EXAMPLES}:partial"], selected_records(["adv.*"]), seed=0, n_seeds=2, timeout=60, progress=False)
+    rep = run([f"{EXAMPLES}:partial"], select_records(["adv.*"]), RunOptions(seed=0, n_seeds=2, timeout=60))
     rows = {r.function: r.status for r in rep.rows}
     assert rows["grpo_advantages"] == "pass"
     assert rows["rloo_advantages"] == rows["reinforce_advantages"] == rows["gae"] == "not_implemented"
@@ -95,8 +96,8 @@ def test_missing_functions_are_not_implemented_never_pass():
 
 
 def test_misbehaving_adapter_gets_error_rows_and_the_run_completes():
-    records = selected_records(["adv.rloo", "adv.reinforce", "adv.grpo", "loss.pg"])
-    rep = run_report([f"{EXAMPLES}:misbehaving"], records, seed=0, n_seeds=2, timeout=2, progress=False)
+    records = select_records(["adv.rloo", "adv.reinforce", "adv.grpo", "loss.pg"])
+    rep = run([f"{EXAMPLES}:misbehaving"], records, RunOptions(seed=0, n_seeds=2, timeout=2))
     rows = {r.function: r for r in rep.rows}
     assert rows["rloo_advantages"].status == "error" and "adapter exploded" in rows["rloo_advantages"].message
     assert rows["reinforce_advantages"].status == "error" and "timed out" in rows["reinforce_advantages"].message
@@ -105,7 +106,7 @@ def test_misbehaving_adapter_gets_error_rows_and_the_run_completes():
 
 
 def test_unknown_adapter_is_reported_not_crashing():
-    rep = run_report(["no_such_module_xyz:Adapter"], selected_records(["adv.grpo"]), seed=0, n_seeds=1, timeout=5, progress=False)
+    rep = run(["no_such_module_xyz:Adapter"], select_records(["adv.grpo"]), RunOptions(seed=0, n_seeds=1, timeout=5))
     assert rep.adapters[0].status == "not_installed"
     assert rep.rows == []
 

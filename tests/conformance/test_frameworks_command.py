@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import threading
 
-from conformance import frameworks
+from conformance.runner.discovery import framework_names
 from conformance.commands import frameworks as command
 from conformance.frameworks import subprocess_worker
 
@@ -15,7 +15,7 @@ from conformance.frameworks import subprocess_worker
 def test_every_isolated_framework_folder_is_installable():
     """The install list is the framework folders with a recipe and worker ops (adding one is a folder)."""
     isolated = set(subprocess_worker.FRAMEWORKS)
-    assert {"verl", "openrlhf"} <= isolated <= set(frameworks.names())
+    assert {"verl", "openrlhf"} <= isolated <= set(framework_names())
     for name in isolated:
         assert (command.FRAMEWORKS_HOME / name / "requirements.txt").exists()
         assert (command.FRAMEWORKS_HOME / name / "nodeps.txt").exists()

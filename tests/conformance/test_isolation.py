@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance import isolation
+from conformance.runner import isolation
 from conformance.cli import main
-from conformance.commands.check import RunOptions, run_report, selected_records
+from conformance.runner.options import RunOptions
+from conformance.runner.run import run, select_records
 from conformance.records import BY_FUNCTION
 
 CRASHING = "tests.conformance.crashing_adapters"
@@ -58,8 +59,7 @@ def test_each_crash_costs_one_row_and_the_run_completes(tmp_path):
 
 
 def test_a_worker_that_cannot_load_the_adapter_gives_one_error_row_per_function():
-    rep = run_report([f"{CRASHING}:parent_only"], selected_records(["adv.grpo", "adv.rloo"]), seed=0, n_seeds=2,
-                     timeout=30, progress=False)
+    rep = run([f"{CRASHING}:parent_only"], select_records(["adv.grpo", "adv.rloo"]), RunOptions(seed=0, n_seeds=2, timeout=30))
     assert rep.adapters[0].name == "parent-only", "loaded in the parent: named in the report"
     assert [r.status for r in rep.rows] == ["error", "error"]
     for row in rep.rows:  # the one-line reason
@@ -68,8 +68,7 @@ def test_a_worker_that_cannot_load_the_adapter_gives_one_error_row_per_function(
 
 
 def test_in_process_hang_still_times_out():
-    rep = run_report([f"{CRASHING}:hangs"], selected_records(["adv.reinforce", "adv.grpo"]), seed=0, n_seeds=2,
-                     timeout=2, progress=False, isolate="never")
+    rep = run([f"{CRASHING}:hangs"], select_records(["adv.reinforce", "adv.grpo"]), RunOptions(seed=0, n_seeds=2, timeout=2, isolate="never"))
     rows = {r.function: r for r in rep.rows}
     assert rows["reinforce_advantages"].status == "error"
     assert rows["reinforce_advantages"].message == "timed out after 2s (per-row limit, --timeout)"
@@ -77,8 +76,8 @@ def test_in_process_hang_still_times_out():
 
 
 def test_an_isolated_run_gives_the_in_process_verdicts():
-    records = selected_records(["logprob.token", "adv.grpo", "loss.pg", "kl.estimator"])
-    runs = [run_report([f"{EXAMPLES}:broken"], records, seed=3, n_seeds=2, timeout=60, progress=False, isolate=mode)
+    records = select_records(["logprob.token", "adv.grpo", "loss.pg", "kl.estimator"])
+    runs = [run([f"{EXAMPLES}:broken"], records, RunOptions(seed=3, n_seeds=2, timeout=60, isolate=mode))
             for mode in ("never", "always")]
     keys = ("id", "status", "matched_preset", "matched_kwargs", "message", "consistent_with", "checks", "n_cases",
             "seeds")
@@ -98,7 +97,7 @@ def test_ctrl_c_kills_a_busy_worker():
     try:
         with isolation.IsolatedRows(f"{CRASHING}:hangs", "hangs", RunOptions(timeout=600)) as rows:
             with pytest.raises(KeyboardInterrupt):
-                rows.run(BY_FUNCTION["reinforce_advantages"])
+                rows.run("core", [BY_FUNCTION["reinforce_advantages"]])
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

@@ -10,7 +10,8 @@ import pytest
 
 import refimpl
 from conformance.records import BY_FUNCTION, make_case
-from conformance.suite import check_row, seeds_for
+from conformance.runner.verdict import check_row
+from conformance.runner.rows import seeds_for
 
 RECORD = BY_FUNCTION["kl_loss_term"]
 FORMS = ("estimator", "straight_through", "unbiased", "bias_corrected")

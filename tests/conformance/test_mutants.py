@@ -16,13 +16,14 @@ import torch
 import oracle
 import refimpl
 from conformance import cli
-from conformance.adapters.builtin import oracle_adapter, refimpl_adapter
+from conformance.runner.builtin import oracle_adapter, refimpl_adapter
 from conformance.commands import mutants as mutants_cmd
-from conformance.commands.check import run_report, selected_records
-from conformance.diagnosis import PATTERN_ONLY, signature_fits
+from conformance.runner.run import run, select_records
+from conformance.runner.options import RunOptions
+from conformance.runner.diagnosis import PATTERN_ONLY, signature_fits
 from conformance.mutants import all_mutants, by_name, discover, mutants_table_markdown
 from conformance.records import BY_FUNCTION
-from conformance.suite import RowResult
+from conformance.runner.rows import RowResult
 
 MUTANTS = all_mutants()
 NAMES = [m.name for m in MUTANTS]
@@ -146,10 +147,9 @@ def test_a_new_mutant_file_is_discovered_checked_and_diagnosed(tmp_path, monkeyp
         result = mutants_cmd.evaluate(new, seed=0, n_seeds=4, timeout=60.0)
         assert result.caught and result.first_failure == "pg_token_loss: property"
         # the packaged catalogue does not know it: the row is diagnosed against all_mutants()
-        report = run_report([new.adapter()], selected_records(["loss.pg"]), seed=0, n_seeds=4, timeout=60.0,
-                            progress=False)
+        report = run([new.adapter()], select_records(["loss.pg"]), RunOptions(seed=0, n_seeds=4, timeout=60.0))
         assert report.rows[0].status == "fail"
-        from conformance.diagnosis import diagnose
+        from conformance.runner.diagnosis import diagnose
 
         assert diagnose(BY_FUNCTION["pg_token_loss"], report.rows[0], found) == [new.label()]
     finally:
@@ -190,7 +190,7 @@ def _torch_adapter(name: str, **functions) -> types.SimpleNamespace:
 
 
 def _row(adapter, spec_glob: str) -> RowResult:
-    report = run_report([adapter], selected_records([spec_glob]), seed=0, n_seeds=8, timeout=60.0, progress=False)
+    report = run([adapter], select_records([spec_glob]), RunOptions(seed=0, n_seeds=8, timeout=60.0))
     return report.rows[0]
 
 
@@ -265,8 +265,7 @@ def test_partition_check_is_not_implemented_for_an_aggregate_without_global_coun
 
 
 def test_detached_check_runs_for_torch_adapters_only():
-    checks = {r.adapter: r.checks for r in run_report(["oracle", "refimpl"], selected_records(["loss.value"]), seed=0,
-                                                      n_seeds=2, timeout=60.0, progress=False).rows}
+    checks = {r.adapter: r.checks for r in run(["oracle", "refimpl"], select_records(["loss.value"]), RunOptions(seed=0, n_seeds=2, timeout=60.0)).rows}
     assert "invariant:detached" not in checks["oracle"]
     assert checks["refimpl"]["invariant:detached"] == "pass"
 

@@ -1,4 +1,4 @@
-"""The ``agg.partition[<mode>]`` rows (conformance/partition.py): the built-in adapters pass every
+"""The ``agg.partition[<mode>]`` rows (conformance/runner/partition.py): the built-in adapters pass every
 mode; a third-party ``micro_batched_loss`` with a known normalisation mistake fails and is named;
 adapters without the opt-in are ``not implemented``."""
 
@@ -12,9 +12,10 @@ import torch
 
 import oracle
 import refimpl
-from conformance.adapters.builtin import oracle_adapter, refimpl_adapter
-from conformance.commands.check import run_report, selected_records
-from conformance.partition import MODES, partition_row, partition_rows, step_cases
+from conformance.runner.builtin import oracle_adapter, refimpl_adapter
+from conformance.runner.run import run, select_records
+from conformance.runner.options import RunOptions
+from conformance.runner.partition import MODES, partition_row, partition_rows, step_cases
 
 
 def adapter(name: str, fn=None, array_api: str = "torch", **extra) -> types.SimpleNamespace:
@@ -110,14 +111,14 @@ def test_missing_opt_in_and_errors():
 
 
 def test_rlspec_check_shows_the_rows_per_mode():
-    report = run_report(["refimpl"], selected_records(["agg"]), seed=0, n_seeds=1, timeout=60.0, progress=False)
+    report = run(["refimpl"], select_records(["agg"]), RunOptions(seed=0, n_seeds=1, timeout=60.0))
     labels = {r.function: r.status for r in report.rows}
     assert all(labels[f"agg.partition[{m}]"] == "pass" for m in MODES)
-    from conformance.report import render_table
+    from conformance.runner.report import render_table
 
     table = render_table(report)
     assert "agg.partition[token_mean]" in table and "agg.seq_mean_token_sum_norm" in table
-    other = run_report(["refimpl"], selected_records(["adv.gae"]), seed=0, n_seeds=1, timeout=60.0, progress=False)
+    other = run(["refimpl"], select_records(["adv.gae"]), RunOptions(seed=0, n_seeds=1, timeout=60.0))
     assert not any(r.function.startswith("agg.partition") for r in other.rows)
 
 
@@ -198,7 +199,7 @@ def test_openrlhf_adapter_plumbing(mode):
 @pytest.mark.parametrize("name", ["verl", "openrlhf"])
 def test_real_frameworks_are_partition_invariant(name):
     from conformance.frameworks import subprocess_worker as sw
-    from conformance.adapters import load_adapter
+    from conformance.runner.loading import load_adapter
 
     if sw.python_for(name)[0] is None:
         pytest.skip(f"{name} is not installed: run `rlspec frameworks install {name}`")

@@ -11,7 +11,8 @@ import pytest
 
 from conformance import readme
 from conformance.cli import main
-from conformance.commands.check import run_report, selected_records
+from conformance.runner.run import run, select_records
+from conformance.runner.options import RunOptions
 
 
 @pytest.mark.parametrize("path", readme.DOCUMENTS, ids=lambda p: p.name)
@@ -36,8 +37,7 @@ def test_the_adapter_example_behaves_as_the_readme_says(monkeypatch):
     module = types.ModuleType("readme_example_adapter")
     exec(compile(code, "README-example", "exec"), module.__dict__)
     monkeypatch.setitem(sys.modules, "readme_example_adapter", module)
-    rep = run_report(["readme_example_adapter:Adapter"], selected_records(["logprob.token", "adv.grpo"]),
-                     seed=0, n_seeds=4, timeout=120, progress=False)
+    rep = run(["readme_example_adapter:Adapter"], select_records(["logprob.token", "adv.grpo"]), RunOptions(seed=0, n_seeds=4, timeout=120))
     rows = {r.function: r for r in rep.rows}
     assert rows["token_logprobs"].status == "pass", rows["token_logprobs"].message
     assert rows["grpo_advantages"].status == "preset" and rows["grpo_advantages"].matched_preset == "trl, ms_swift"
@@ -69,8 +69,8 @@ def test_the_documented_statuses_are_the_ones_the_table_shows():
     """Issue [11]: the table once showed a status ("variant") that the documented list lacked. Every
     status a table cell can show is in api.md's verdicts table, in docs/checking.md's list and in the
     README's per-framework summary, and nothing else is."""
-    from conformance.report import FINDING_DESCRIPTIONS, cell
-    from conformance.suite import STATUSES, RowResult
+    from conformance.runner.report import FINDING_DESCRIPTIONS, cell
+    from conformance.runner.rows import RowResult, STATUSES
 
     def row(status: str, **kw) -> RowResult:
         return RowResult(id="f@a", spec_id="x.y", function="f", adapter="a", status=status, matched_preset="p", **kw)

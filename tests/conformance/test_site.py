@@ -15,7 +15,7 @@ import pytest
 from conformance.cli import main
 from conformance.mutants import all_mutants
 from conformance.records import RECORDS
-from conformance.report import SCHEMA_PATH
+from conformance.runner.report import SCHEMA_PATH
 from conformance.site import report_page
 from conformance.site.build import PLOT_CAPTIONS, build_site
 from conformance.site.markdown_html import to_html

@@ -14,8 +14,9 @@ import pytest
 
 import oracle
 from conformance import SPEC_VERSION, cli
-from conformance.adapters.builtin import oracle_adapter, refimpl_adapter
+from conformance.runner.builtin import oracle_adapter, refimpl_adapter
 from conformance.records import RECORDS, golden_catalogue
+from conformance.runner.vectors import check_vector
 from conformance.vectors import V1_ROOT, generate, golden
 from tests.conformance import hand_formulas as hand
 
@@ -29,7 +30,7 @@ ENTRIES = {e.id: e for e in CATALOGUE}
 def _outcome_failures(adapter, vectors):
     failures = []
     for vector in vectors:
-        outcome = golden.check_vector(vector, adapter)
+        outcome = check_vector(vector, adapter)
         if outcome.status != "pass":
             failures.append(outcome.report())
         elif outcome.record.grad_args and not outcome.grad_checked:
@@ -182,7 +183,7 @@ def test_broken_adapter_fails_naming_the_case():
         name="ddof0", version="0", spec_version="v1", array_api="numpy", grpo_advantages=grpo_ddof0
     )
     outcomes = {
-        v["id"]: golden.check_vector(v, broken) for v in VECTORS if v["function"] == "grpo_advantages"
+        v["id"]: check_vector(v, broken) for v in VECTORS if v["function"] == "grpo_advantages"
     }
     assert outcomes["grpo_advantages/group-unbiased-std"].status == "fail"
     assert outcomes["grpo_advantages/biased-std-ddof0"].status == "pass"
@@ -190,13 +191,13 @@ def test_broken_adapter_fails_naming_the_case():
     for case_id, outcome in outcomes.items():
         if outcome.status == "fail":
             assert case_id in outcome.report() and "greatest absolute difference" in outcome.report()
-    other = golden.check_vector(BY_ID["gae/lam0-td-error"], broken)
+    other = check_vector(BY_ID["gae/lam0-td-error"], broken)
     assert other.status == "not_implemented"
 
 
 def test_check_vector_is_float64_only():
     with pytest.raises(ValueError, match="tolerance class"):
-        golden.check_vector(BY_ID["pg_token_loss/zero-advantage"], oracle_adapter(), dtype="float32")
+        check_vector(BY_ID["pg_token_loss/zero-advantage"], oracle_adapter(), dtype="float32")
 
 
 # ---------------------------------------------------------------------------------------------

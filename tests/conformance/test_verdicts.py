@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance import report as reports
+from conformance.runner import report as reports
 from conformance.cli import main
-from conformance.commands.check import run_report, selected_records
+from conformance.runner.run import run, select_records
+from conformance.runner.options import RunOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 PRECISION = "tests.conformance.precision_adapters"
@@ -28,8 +29,7 @@ EXAMPLES = "tests.conformance.example_adapters"
 
 
 def rows_of(adapter: str, *only: str, n_seeds: int = 4, **kw) -> dict:
-    rep = run_report([f"{PRECISION}:{adapter}"], selected_records(list(only)), seed=0, n_seeds=n_seeds, timeout=120,
-                     progress=False, isolate="never", **kw)
+    rep = run([f"{PRECISION}:{adapter}"], select_records(list(only)), RunOptions(seed=0, n_seeds=n_seeds, timeout=120, isolate="never", **kw))
     return {r.function: r for r in rep.rows}
 
 
@@ -94,7 +94,7 @@ def test_a_bug_in_a_float32_framework_is_diagnosed_at_its_precision():
 
 
 def reports_pattern_only(label: str) -> bool:
-    from conformance.diagnosis import PATTERN_ONLY
+    from conformance.runner.diagnosis import PATTERN_ONLY
 
     return label.endswith(PATTERN_ONLY)
 
@@ -129,14 +129,13 @@ def test_declared_unsupported_values_are_never_called(monkeypatch):
     monkeypatch.setattr(refimpl, "aggregate", spy)
     adapter = precision_adapters.partial_grpo()
     assert adapter.aggregate is spy
-    rep = run_report([adapter], selected_records(["agg"]), seed=0, n_seeds=6, timeout=60, progress=False)
+    rep = run([adapter], select_records(["agg"]), RunOptions(seed=0, n_seeds=6, timeout=60))
     assert "seq_mean_token_sum" not in modes and "token_mean" in modes
     assert {r.status for r in rep.rows if r.function == "aggregate"} == {"pass"}
 
 
 def test_a_skeleton_that_raises_everywhere_is_not_implemented_not_partial():
-    rep = run_report([f"{EXAMPLES}:all_not_implemented"], selected_records(["adv.grpo", "loss.ppo"]), seed=0,
-                     n_seeds=2, timeout=60, progress=False, isolate="never")
+    rep = run([f"{EXAMPLES}:all_not_implemented"], select_records(["adv.grpo", "loss.ppo"]), RunOptions(seed=0, n_seeds=2, timeout=60, isolate="never"))
     for row in rep.rows:
         assert row.status == "not_implemented" and not row.not_implemented_cases, row
         assert reports.cell(row) == "not implemented"
@@ -148,8 +147,7 @@ def test_a_skeleton_that_raises_everywhere_is_not_implemented_not_partial():
 
 
 def test_no_bug_hypothesis_for_an_exception():
-    rep = run_report([f"{EXAMPLES}:misbehaving"], selected_records(["adv.rloo"]), seed=0, n_seeds=2, timeout=20,
-                     progress=False, isolate="never")
+    rep = run([f"{EXAMPLES}:misbehaving"], select_records(["adv.rloo"]), RunOptions(seed=0, n_seeds=2, timeout=20, isolate="never"))
     (row,) = rep.rows
     assert row.status == "error" and row.consistent_with == []
 
@@ -271,10 +269,10 @@ def test_fixed_keywords_never_edit_the_shared_golden_cases():
     """A framework row pins keywords (`fixed`); the golden cases are cached objects shared by every
     row of the run, so pinning must copy them (an edit once leaked OpenRLHF's pinned keywords into
     verl's row of the same process)."""
-    from conformance.adapters.builtin import refimpl_adapter
-    from conformance.commands.check import golden_cases
+    from conformance.runner.builtin import refimpl_adapter
+    from conformance.runner.parts import golden_cases
     from conformance.records import BY_FUNCTION
-    from conformance.suite import check_row
+    from conformance.runner.verdict import check_row
 
     record = BY_FUNCTION["kl_penalty"]
     before = [dict(c.kwargs) for c in golden_cases(record)]

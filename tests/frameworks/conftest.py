@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.adapters import load_adapter
+from conformance.runner.loading import load_adapter
 from conformance.frameworks import subprocess_worker as sw
 
 

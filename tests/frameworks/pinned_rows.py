@@ -12,9 +12,11 @@ from collections.abc import Callable
 import pytest
 
 from conformance.frameworks import subprocess_worker as sw
-from conformance.commands.check import golden_cases, load_adapters
+from conformance.runner.parts import golden_cases
+from conformance.runner.run import load_adapters
 from conformance.records import BY_FUNCTION
-from conformance.suite import check_row, seeds_for
+from conformance.runner.verdict import check_row
+from conformance.runner.rows import seeds_for
 
 
 def skip_reason(display_name: str, framework: str) -> str:
@@ -29,7 +31,7 @@ def missing_environment_test(framework: str) -> Callable[..., None]:
         monkeypatch.delenv(f"RLSPEC_{framework.upper()}_PYTHON", raising=False)
         monkeypatch.setattr(sw, "_WORKERS", {})
         monkeypatch.setattr(sw.importlib.util, "find_spec", lambda name, *a: None)
-        adapters, infos, _ = load_adapters([framework])
+        adapters, infos = load_adapters([framework])
         assert adapters == []
         assert infos[0].status == "not_installed", infos[0]
         assert "cannot import" in infos[0].message and f"rlspec frameworks install {framework}" in infos[0].message

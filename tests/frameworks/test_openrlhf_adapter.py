@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import oracle
-from conformance.adapters import BUILTIN_ADAPTERS
+from conformance.runner.loading import BUILTIN_ADAPTERS
 from tests.frameworks import pinned_rows
 
 FRAMEWORK = "openrlhf"

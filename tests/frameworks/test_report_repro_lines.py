@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.frameworks import names, subprocess_worker as sw
+from conformance.frameworks import subprocess_worker as sw
+from conformance.runner.discovery import framework_names as names
 
 pytestmark = pytest.mark.frameworks
 

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 import oracle
-from conformance.adapters import BUILTIN_ADAPTERS
-from conformance.commands.check import golden_cases
+from conformance.runner.loading import BUILTIN_ADAPTERS
+from conformance.runner.parts import golden_cases
 from conformance.records import BY_FUNCTION
-from conformance.suite import check_row, seeds_for
+from conformance.runner.verdict import check_row
+from conformance.runner.rows import seeds_for
 from tests.frameworks import pinned_rows
 
 FRAMEWORK = "tinker_cookbook"

@@ -20,10 +20,12 @@ trl = pytest.importorskip("trl", reason="TRL is not installed (pip install -c .c
 import oracle  # noqa: E402
 from conformance.records import cases, make_case  # noqa: E402
 from conformance.frameworks.trl import checks as trl_checks  # noqa: E402
-from conformance.adapters import BUILTIN_ADAPTERS, load_adapter  # noqa: E402
-from conformance.commands.check import golden_cases, load_adapters  # noqa: E402
+from conformance.runner.loading import BUILTIN_ADAPTERS, load_adapter  # noqa: E402
+from conformance.runner.parts import golden_cases
+from conformance.runner.run import load_adapters  # noqa: E402
 from conformance.records import BY_FUNCTION  # noqa: E402
-from conformance.suite import check_row, seeds_for  # noqa: E402
+from conformance.runner.verdict import check_row
+from conformance.runner.rows import seeds_for  # noqa: E402
 
 N_SEEDS = 4
 
@@ -49,7 +51,7 @@ def test_adapter_attributes(adapter):
 
 def test_missing_trl_is_a_not_installed_row(monkeypatch):
     monkeypatch.setitem(sys.modules, "trl", None)  # `import trl` now raises ImportError
-    adapters, infos, _ = load_adapters(["trl"])
+    adapters, infos = load_adapters(["trl"])
     assert adapters == []
     assert infos[0].status == "not_installed", infos[0]
     assert "cannot import" in infos[0].message

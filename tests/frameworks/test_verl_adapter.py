@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import oracle
-from conformance.adapters import BUILTIN_ADAPTERS
+from conformance.runner.loading import BUILTIN_ADAPTERS
 from conformance.frameworks import subprocess_worker as sw
-from conformance.commands.check import load_adapters
+from conformance.runner.run import load_adapters
 from tests.frameworks import pinned_rows
 
 FRAMEWORK = "verl"
@@ -44,7 +44,7 @@ def test_environment_without_verl_is_a_not_installed_row(monkeypatch):
         pytest.skip("verl is importable in this interpreter")
     monkeypatch.setenv("RLSPEC_VERL_PYTHON", sys.executable)
     monkeypatch.setattr(sw, "_WORKERS", {})
-    adapters, infos, _ = load_adapters(["verl"])
+    adapters, infos = load_adapters(["verl"])
     assert adapters == [] and infos[0].status == "not_installed", infos[0]
     assert "ModuleNotFoundError" in infos[0].message
 
@@ -916,9 +916,10 @@ def test_finding_clip_cov_and_kl_cov_nan_at_zero_advantage_with_an_overflowing_r
 def test_finding_gmpo_row_sum_epsilon_is_a_precision_finding(adapter):
     """The core gmpo_token_loss row is canonical, with a float64 precision finding (float32 class): verl's
     n_b + 1e-8 (core_algos.py:1984, :1987) is a relative 1e-8/n_b, printed with the adapter's note."""
-    from conformance.commands.check import golden_cases
+    from conformance.runner.parts import golden_cases
     from conformance.records import BY_FUNCTION
-    from conformance.suite import check_row, seeds_for
+    from conformance.runner.verdict import check_row
+    from conformance.runner.rows import seeds_for
 
     record = BY_FUNCTION["gmpo_token_loss"]
     row = check_row(record, adapter, seeds=seeds_for("gmpo_token_loss", 0, 8), golden=golden_cases(record))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import assume, given
 
-from conformance.adapters.builtin import refimpl_adapter
-from conformance.differential import run_case
+from conformance.runner.builtin import refimpl_adapter
+from conformance.runner.differential import run_case
 from conformance.records import RECORDS
 
 ADAPTER = refimpl_adapter()

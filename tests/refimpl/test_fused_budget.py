@@ -13,9 +13,9 @@ import torch
 
 import refimpl
 from conformance.records import cases, make_case
-from conformance.adapters import load_adapter
+from conformance.runner.loading import load_adapter
 from conformance.bench.runner import run_case as run_bench_case
-from conformance.differential import run_case
+from conformance.runner.differential import run_case
 from conformance.records import BY_FUNCTION
 from refimpl import fused_budget
 

@@ -11,8 +11,8 @@ import torch
 import refimpl
 import refimpl.fused_logprobs as fused
 from conformance.records import cases, make_case
-from conformance.adapters import load_adapter
-from conformance.differential import run_case
+from conformance.runner.loading import load_adapter
+from conformance.runner.differential import run_case
 from conformance.records import BY_FUNCTION
 
 # seeds whose bfloat16 case failed the spec tolerance with a half GEMM for d hidden

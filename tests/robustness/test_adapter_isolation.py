@@ -14,10 +14,12 @@ import torch
 import oracle
 import refimpl
 from conformance.records import cases, make_case
-from conformance import report as reports
-from conformance.commands.check import run_report, selected_records
-from conformance.differential import run_case
+from conformance.runner import report as reports
+from conformance.runner.run import run, select_records
+from conformance.runner.options import RunOptions
+from conformance.runner.differential import run_case
 from conformance.records import BY_FUNCTION
+from conformance.runner.vectors import check_vector
 from conformance.vectors import golden
 
 EXAMPLES = "tests.conformance.example_adapters"
@@ -44,8 +46,8 @@ EXPECTED = {
 
 
 def test_misbehaving_adapters_get_rows_with_the_reason_and_the_report_is_complete(tmp_path):
-    records = selected_records(SPEC_IDS)
-    rep = run_report(ADAPTERS, records, seed=0, n_seeds=2, timeout=3, progress=False)
+    records = select_records(SPEC_IDS)
+    rep = run(ADAPTERS, records, RunOptions(seed=0, n_seeds=2, timeout=3))
     rows = {(r.adapter, r.function): r for r in rep.rows}
     assert len(rep.rows) == len(ADAPTERS) * len(records), "one row per (quantity, adapter), none lost"
     for key, (statuses, fragments) in EXPECTED.items():
@@ -108,7 +110,7 @@ def test_a_mutating_numpy_adapter_cannot_corrupt_the_cached_golden_vectors():
     adapter = numpy_contract_breakers()
     before = [c.args["mask"].copy() for c in golden.cases_for("pg_token_loss")]
     for path in sorted(golden.V1_ROOT.glob("pg_token_loss/*.json")):
-        outcome = golden.check_vector(golden.load_vector(path), adapter)
+        outcome = check_vector(golden.load_vector(path), adapter)
         assert outcome.status == "fail" and "modified its input mask" in outcome.message, outcome.report()
     after = [c.args["mask"] for c in golden.cases_for("pg_token_loss")]
     assert all(np.array_equal(a, b) for a, b in zip(before, after))
@@ -116,7 +118,7 @@ def test_a_mutating_numpy_adapter_cannot_corrupt_the_cached_golden_vectors():
 
 def test_the_builtin_adapters_pass_the_isolation_checks():
     """The refimpl keeps the input dtype and never writes to its inputs (no false positive)."""
-    from conformance.adapters.builtin import oracle_adapter, refimpl_adapter
+    from conformance.runner.builtin import oracle_adapter, refimpl_adapter
 
     for adapter in (refimpl_adapter(), oracle_adapter()):
         for function in ("ppo_token_loss", "grpo_advantages", "gae", "aggregate", "token_logprobs", "ppo_clipped_mask"):

@@ -19,7 +19,7 @@ import torch
 import oracle
 import refimpl
 from conformance.records import cases
-from conformance.compare import compare
+from conformance.runner.compare import compare
 from conformance.records import BY_FUNCTION
 from conformance.tolerances import Tol, tolerance
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from conformance import SPEC_VERSION, SUITE_VERSION
-from conformance.commands.check import run_report, selected_records
-from conformance.suite import seeds_for
+from conformance.runner.run import run, select_records
+from conformance.runner.options import RunOptions
+from conformance.runner.rows import seeds_for
 from conformance.vectors import V1_ROOT, golden
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,8 +125,7 @@ def test_a_tampered_vector_is_reported_and_not_used(tampered_root):
     with pytest.raises(golden.ManifestError, match=name):
         golden.cases_for("grpo_advantages")
     assert golden.cases_for("rloo_advantages"), "the other functions' vectors are still used"
-    rep = run_report(["refimpl"], selected_records(["adv.grpo", "adv.rloo"]), seed=0, n_seeds=1, timeout=60,
-                     progress=False, diagnose=False)
+    rep = run(["refimpl"], select_records(["adv.grpo", "adv.rloo"]), RunOptions(seed=0, n_seeds=1, timeout=60, diagnose=False))
     rows = {r.function: r for r in rep.rows}
     assert rows["grpo_advantages"].status == "error"
     assert name in rows["grpo_advantages"].message and "not used" in rows["grpo_advantages"].message
@@ -153,9 +153,9 @@ def test_the_published_vectors_match_their_manifest():
 
 
 def test_reports_carry_versions_seeds_and_a_reproduce_command():
-    records = selected_records(["adv.grpo", "loss.ppo"])
-    first = run_report(["refimpl"], records, seed=5, n_seeds=2, timeout=60, progress=False).to_json()
-    again = run_report(["refimpl"], records, seed=5, n_seeds=2, timeout=60, progress=False).to_json()
+    records = select_records(["adv.grpo", "loss.ppo"])
+    first = run(["refimpl"], records, RunOptions(seed=5, n_seeds=2, timeout=60)).to_json()
+    again = run(["refimpl"], records, RunOptions(seed=5, n_seeds=2, timeout=60)).to_json()
     assert first["suite_version"] == SUITE_VERSION and first["spec_version"] == SPEC_VERSION == "v1"
     assert first["seed"] == 5 and first["n_seeds"] == 2
     assert first["reproduce"] == "rlspec check --seed 5 --n-seeds 2 --adapter refimpl"

@@ -51,7 +51,7 @@ from conformance.frameworks.checks import (
     round_batch,
     value_loss_candidates,
 )
-from conformance.suite import RowResult
+from conformance.runner.rows import RowResult
 from conformance.tolerances import tolerance
 
 DTYPE = "float32"  # AReaL's log-probs are float32 (vocab_parallel.py:18), its critic asserts float32 (functional.py:740)

@@ -55,7 +55,7 @@ from conformance.frameworks.checks import (
     scaled,
     value_and_grad_tolerances,
 )
-from conformance.suite import RowResult
+from conformance.runner.rows import RowResult
 
 DTYPE = "float32"
 MAX_LEN = 16  # max_completion_length: Dr. GRPO's normaliser (grpo_trainer.py:1087-1089)

@@ -126,7 +126,7 @@ class OpenRLHFAdapter(SubprocessAdapter):
         return rows, {"temperature": float(temperature)}, 1.0
 
     # ------------------------------------------------------------------------------------------
-    # agg.partition (conformance/partition.py): the trainer's per-micro-batch loss
+    # agg.partition (conformance/runner/partition.py): the trainer's per-micro-batch loss
     # ------------------------------------------------------------------------------------------
 
     LEVELS = {"token_mean": True, "seq_mean_token_mean": False}  # token_level_loss

@@ -53,7 +53,7 @@ from conformance.frameworks.checks import (
     value_and_grad_tolerances,
     value_loss_candidates,
 )
-from conformance.suite import RowResult
+from conformance.runner.rows import RowResult
 from conformance.tolerances import tolerance
 
 DTYPE = "float32"

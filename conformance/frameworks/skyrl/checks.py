@@ -55,7 +55,7 @@ from conformance.frameworks.checks import (
     value_loss_candidates,
 )
 from conformance.records import BY_FUNCTION
-from conformance.suite import RowResult
+from conformance.runner.rows import RowResult
 from conformance.tolerances import Tol, tolerance
 
 DTYPE = "float32"  # the rows run in float32, the dtype SkyRL's losses see under its bf16 autocast

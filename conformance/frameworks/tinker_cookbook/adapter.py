@@ -66,7 +66,7 @@ class TinkerCookbookAdapter(SubprocessAdapter):
     unsupported_kwargs = {"grpo_advantages": {"scale": ("group", "batch")}}
 
     # Computed by the Tinker service (forward_backward), or not at all: nothing local to call. None is the
-    # runner's "not implemented" (conformance/suite.py). The abstract hooks of SubprocessAdapter that shape
+    # runner's "not implemented" (conformance/runner/verdict.py). The abstract hooks of SubprocessAdapter that shape
     # those calls are None too.
     token_logprobs = token_logprobs_grad = token_entropy = token_entropy_grad = None
     kl_penalty = kl_penalty_grad = None

@@ -54,7 +54,7 @@ from conformance.frameworks.checks import (
     fmt,
     not_implemented_row,
 )
-from conformance.suite import RowResult
+from conformance.runner.rows import RowResult
 from conformance.tolerances import Tol, tolerance
 
 DTYPE = "float32"  # the cookbook's log-probs and advantages are float32 tensors (TensorData.from_torch)

@@ -40,7 +40,7 @@ from conformance.frameworks.checks import (
     fixed_row,
     fmt,
 )
-from conformance.suite import RowResult
+from conformance.runner.rows import RowResult
 from conformance.tolerances import Tol, tolerance
 
 DTYPE = "float32"

@@ -52,7 +52,7 @@ from conformance.frameworks.checks import (
     round_batch,
     value_piece,
 )
-from conformance.suite import RowResult
+from conformance.runner.rows import RowResult
 from conformance.tolerances import tolerance
 
 DTYPE = "float32"  # the rows run in float32, the recipe's training dtype ("fp32" in its configs, bf16 the other)

@@ -96,7 +96,7 @@ from unittest import mock
 
 import torch
 
-from conformance.adapters.loading import AdapterLoadError
+from conformance.runner.loading import AdapterLoadError
 
 # The tiny policy (peer-conventions §11 item 2). `initializer_range` is raised from 0.02 so that the
 # random LM head gives logits of order 1 (a non-uniform softmax) instead of near-uniform ones.

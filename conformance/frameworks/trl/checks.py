@@ -94,7 +94,7 @@ import torch
 import oracle
 from conformance.frameworks.checks import Comparison, Piece, scaled
 from conformance.frameworks.trl.adapter import is_mode_to_spec
-from conformance.suite import RowResult, match_status, seeds_for
+from conformance.runner.rows import RowResult, match_status, seeds_for
 from conformance.tolerances import Tol, tolerance
 from conformance.records import inputs, make_case
 

@@ -49,7 +49,7 @@ import torch
 import oracle
 from conformance.frameworks.checks import Comparison
 from conformance.frameworks.trl.checks import compare_run, compositions
-from conformance.suite import RowResult, match_status
+from conformance.runner.rows import RowResult, match_status
 from conformance.tolerances import tolerance
 from conformance.trainer_verify import expected_mask
 

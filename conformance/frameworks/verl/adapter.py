@@ -747,7 +747,7 @@ class VerlAdapter(SubprocessAdapter):
         return self._aggregate(token_loss, mask, mode, norm_length, num_tokens, num_seqs, upstream)
 
     # ------------------------------------------------------------------------------------------
-    # agg.partition (conformance/partition.py): the engine's per-micro-batch loss
+    # agg.partition (conformance/runner/partition.py): the engine's per-micro-batch loss
     # ------------------------------------------------------------------------------------------
 
     def _micro_batched(self, chunks: Any, masks: Any, mode: str, norm_length: float | None, dp_world_size: int,

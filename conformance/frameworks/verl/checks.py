@@ -76,7 +76,7 @@ from conformance.frameworks.checks import (
     value_loss_candidates,
 )
 from conformance.records import BY_FUNCTION
-from conformance.suite import RowResult
+from conformance.runner.rows import RowResult
 from conformance.tolerances import tolerance
 
 DTYPE = "float32"  # the framework rows run in float32, verl's training dtype for these tensors
@@ -722,7 +722,7 @@ def gae_whitened_row(adapter: Any, seed: int, n_seeds: int = 8) -> RowResult:
     (``masked_whiten``, unbiased variance, +1e-8) and unwhitened returns:
     ``(whiten(gae(...).advantages), gae(...).returns)``, on the property cases and on the loss batch
     (finite garbage at masked positions, a masked tool token inside a completion)."""
-    from conformance.suite import seeds_for
+    from conformance.runner.rows import seeds_for
 
     t0 = time.perf_counter()
     row = RowResult(id="verl.compute_gae_advantage_return", spec_id="adv.gae+adv.whiten", function="verl.compute_gae_advantage_return",

@@ -13,9 +13,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from conformance.records import cases
-from conformance.compare import Mismatch, compare, differences, greatest
-from conformance.records import Quantity
+from conformance.records import Quantity, cases
+from conformance.records.cases import seeded_upstream
+from conformance.runner.compare import Mismatch, compare, differences, greatest
+from conformance.runner.protocol import Adapter, LoadedAdapter
 from conformance.tolerances import Tol, tolerance
 
 NUMPY_DTYPES = {"float64": np.float64, "float32": np.float32}
@@ -58,7 +59,7 @@ class Outcome:
     message: str = ""
     grad_checked: bool = False
     # What the adapter returned on this trial (outputs, then gradients), as float64 arrays: the
-    # evidence `conformance.diagnosis` replays a known bug against. Empty when the call raised.
+    # evidence `conformance.runner.diagnosis` replays a known bug against. Empty when the call raised.
     observed: tuple[np.ndarray, ...] = ()
     kind: str = "property"  # the check: "property", "golden", "invariant:<name>", "preset:<name>"
     ref: str | None = None  # how the user named the adapter (reproduce lines); default its name
@@ -129,17 +130,12 @@ def _shell_word(word: str) -> str:
     return '"' + "".join("\\" + c if c in '"\\$`' else c for c in word) + '"'
 
 
-def _to_numpy(value: Any) -> Any:
+def to_numpy(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().to(torch.float64).cpu().numpy()
     if isinstance(value, (tuple, list)):
-        return tuple(_to_numpy(v) for v in value)
+        return tuple(to_numpy(v) for v in value)
     return np.asarray(value, dtype=np.float64)
-
-
-def _upstream(shape: tuple[int, ...], seed: int, dtype: str) -> np.ndarray:
-    g = np.random.default_rng(seed).normal(0.0, 1.0, size=shape)
-    return cases.round_to(g, dtype)
 
 
 class AdapterMisbehaved(Exception):
@@ -167,7 +163,7 @@ def _guarded(fn: Any, names: list[str], args: list[Any], kwargs: dict[str, Any])
     return out
 
 
-def _call_torch(fn: Any, rounded: dict[str, Any], kwargs: dict[str, Any], dtype: str, grad_args: tuple[str, ...]) -> tuple[Any, dict[str, torch.Tensor]]:
+def call_torch(fn: Any, rounded: dict[str, Any], kwargs: dict[str, Any], dtype: str, grad_args: tuple[str, ...]) -> tuple[Any, dict[str, torch.Tensor]]:
     targs = cases.torch_args(rounded, dtype, grad_args)  # fresh tensors: torch.tensor / from_numpy of a copy
     out = _guarded(fn, list(targs), list(targs.values()), kwargs)
     return out, {name: targs[name] for name in grad_args}
@@ -181,7 +177,7 @@ def _numpy_args(rounded: dict[str, Any], dtype: str) -> list[Any]:
             for v in rounded.values()]
 
 
-def _call_numpy(fn: Any, rounded: dict[str, Any], kwargs: dict[str, Any], dtype: str) -> Any:
+def call_numpy(fn: Any, rounded: dict[str, Any], kwargs: dict[str, Any], dtype: str) -> Any:
     return _guarded(fn, list(rounded), _numpy_args(rounded, dtype), kwargs)
 
 
@@ -213,7 +209,7 @@ def _output_dtype_problem(raw: Any, dtype: str, output: str, float_inputs: bool 
         allowed = {torch.float64, torch.float32, torch.bfloat16, torch.float16}
     if output == "mask":  # a keep/reject decision: bool, whatever the input dtype
         expected, allowed = torch.bool, {torch.bool}
-    for i, item in enumerate(_as_tuple(raw)):
+    for i, item in enumerate(as_tuple(raw)):
         if isinstance(item, torch.Tensor) and item.dtype not in allowed:
             which = "output" if not isinstance(raw, (tuple, list)) else f"output {i}"
             wanted = "torch.bool" if output == "mask" else f"{expected} (the dtype of the {dtype} inputs) or a narrower float"
@@ -221,13 +217,13 @@ def _output_dtype_problem(raw: Any, dtype: str, output: str, float_inputs: bool 
     return None
 
 
-def _as_tuple(value: Any) -> tuple[Any, ...]:
+def as_tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
 
 
 def run_case(
     record: Quantity,
-    adapter: Any,
+    adapter: Adapter,
     case: cases.Case,
     dtype: str,
     kwargs: dict[str, Any] | None = None,
@@ -240,9 +236,10 @@ def run_case(
     """Compare `adapter.<function>(**kwargs)` with `oracle.<function>(**oracle_kwargs)` on `case`
     rounded to `dtype` (both keyword sets default to the case's own), judged at the tolerance class
     `judged_at` (default: `dtype`'s)."""
+    adapter = LoadedAdapter.of(adapter)
     kw = dict(case.kwargs if kwargs is None else kwargs)
     okw = dict(kw if oracle_kwargs is None else oracle_kwargs)
-    outcome = Outcome("pass", record, getattr(adapter, "name", "?"), dtype, case, kw, kind=kind, ref=ref,
+    outcome = Outcome("pass", record, adapter.name, dtype, case, kw, kind=kind, ref=ref,
                       judged_at=judged_at, oracle_kwargs=None if okw == kw else okw)
     fn = adapter_function(outcome, adapter)
     if fn is None:
@@ -251,7 +248,7 @@ def run_case(
     if record.well_conditioned is not None and not record.well_conditioned(rounded, okw):
         outcome.status = "ill_conditioned"
         return outcome
-    expected = _as_tuple(record.oracle(*rounded.values(), **okw))
+    expected = as_tuple(record.oracle(*rounded.values(), **okw))
     upstream = seeded_upstream(record, expected, case.upstream_seed, dtype) if record.grad_args else None
     return check_adapter(
         outcome,
@@ -260,7 +257,7 @@ def run_case(
         rounded,
         expected,
         upstream,
-        lambda: _as_tuple(record.oracle_grad(*rounded.values(), upstream, **okw)),
+        lambda: as_tuple(record.oracle_grad(*rounded.values(), upstream, **okw)),
     )
 
 
@@ -278,26 +275,25 @@ def rejudge(outcome: Outcome, oracle_kwargs: dict[str, Any] | None = None, judge
     if record.well_conditioned is not None and not record.well_conditioned(rounded, okw):
         new.status = "ill_conditioned"
         return new
-    expected = _as_tuple(record.oracle(*rounded.values(), **okw))
-    grads = (lambda: _as_tuple(record.oracle_grad(*rounded.values(), outcome.upstream, **okw))) if outcome.grads is not None else None
+    expected = as_tuple(record.oracle(*rounded.values(), **okw))
+    grads = (lambda: as_tuple(record.oracle_grad(*rounded.values(), outcome.upstream, **okw))) if outcome.grads is not None else None
     return judge(new, expected, grads)
 
 
-def adapter_function(outcome: Outcome, adapter: Any) -> Any:
+def adapter_function(outcome: Outcome, adapter: LoadedAdapter) -> Any:
     """`adapter.<function>` for `outcome.record`, or None after setting `outcome.status` to
     "not_implemented" (no such attribute, or the case asks for a keyword value the adapter declares
     in `unsupported_kwargs`) or "unsupported" (`outcome.dtype` not among its dtypes)."""
     record = outcome.record
-    fn = getattr(adapter, record.function, None)
+    fn = adapter.function(record.function)
     if fn is None:
         outcome.status = "not_implemented"
         outcome.message = f"{record.function} is not implemented by adapter {outcome.adapter!r}"
         return None
-    if outcome.dtype not in adapter_dtypes(adapter):
+    if outcome.dtype not in adapter.dtypes:
         outcome.status = "unsupported"
         return None
-    declared = (getattr(adapter, "unsupported_kwargs", None) or {}).get(record.function, {})
-    offending = {k: v for k, v in outcome.kwargs.items() if k in declared and v in tuple(declared[k])}
+    offending = adapter.unsupported(record.function, outcome.kwargs)
     if offending:
         mark_not_implemented(outcome, _fmt(offending), "declared in unsupported_kwargs")
         return None
@@ -313,28 +309,13 @@ def mark_not_implemented(outcome: Outcome, keywords: str, reason: str) -> Outcom
     return outcome
 
 
-def adapter_dtypes(adapter: Any) -> tuple[str, ...]:
-    """The input dtypes an adapter is checked in (`dtypes`, default all three for torch adapters and
-    float64/float32 for NumPy ones)."""
-    default = ("float64", "float32", "bfloat16") if adapter.array_api == "torch" else ("float64", "float32")
-    return tuple(getattr(adapter, "dtypes", default))
-
-
 def _fmt(kwargs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
 
 
-def seeded_upstream(record: Quantity, expected: tuple[Any, ...], seed: int, dtype: str) -> Any:
-    """dL/d(output) for the gradient check: seeded normal noise with the shape of the (first)
-    output, rounded to `dtype`; a float for a scalar output."""
-    upstream = _upstream(np.shape(expected[0]), seed, dtype)
-    # `cases.round_to` returns a 1-element 1-D array for a 0-D shape; NumPy 2 refuses float() on it.
-    return float(np.reshape(upstream, ())) if record.output == "scalar" else upstream
-
-
 def check_adapter(
     outcome: Outcome,
-    adapter: Any,
+    adapter: LoadedAdapter,
     fn: Any,
     rounded: dict[str, Any],
     expected: tuple[Any, ...],
@@ -348,13 +329,13 @@ def check_adapter(
     `NotImplementedError` from the adapter marks this case "not implemented" (the keyword values it
     asked for are named), not an error."""
     record, dtype, kw = outcome.record, outcome.dtype, outcome.kwargs
-    wants_grad = bool(record.grad_args) and getattr(adapter, "supports_grad", True)
+    wants_grad = bool(record.grad_args) and adapter.supports_grad
     try:
         if adapter.array_api == "torch":
-            raw, grad_inputs = _call_torch(fn, rounded, kw, dtype, record.grad_args if wants_grad else ())
+            raw, grad_inputs = call_torch(fn, rounded, kw, dtype, record.grad_args if wants_grad else ())
         else:
-            raw, grad_inputs = _call_numpy(fn, rounded, kw, dtype), {}
-        actual = _as_tuple(_to_numpy(raw))
+            raw, grad_inputs = call_numpy(fn, rounded, kw, dtype), {}
+        actual = as_tuple(to_numpy(raw))
     except AdapterMisbehaved as exc:
         return _broken(outcome, str(exc))
     except NotImplementedError as exc:
@@ -373,7 +354,7 @@ def check_adapter(
     if wants_grad:
         outcome.upstream = upstream
         try:
-            actual_grads = _adapter_grads(adapter, fn, raw, grad_inputs, rounded, kw, upstream, dtype, record)
+            actual_grads = adapter_grads(adapter, fn, raw, grad_inputs, rounded, kw, upstream, dtype, record)
         except AdapterMisbehaved as exc:
             return _broken(outcome, f"gradient: {exc}")
         except Exception as exc:
@@ -404,7 +385,7 @@ def judge(outcome: Outcome, expected: tuple[Any, ...], expected_grads: Callable[
     outcome.max_abs, outcome.max_rel = 0.0, float("nan")
     for what, name, a, e in pairs:
         tol = tolerance(record.spec_id, tolerance_dtype(outcome.tol_class), what)
-        _record(outcome, compare(a, e, tol, what=name), a, e, tol)
+        record_comparison(outcome, compare(a, e, tol, what=name), a, e, tol)
         if not outcome.message and what == "value":
             outcome.message = _nan_note(name, a, e)
     outcome.precision = BELOW
@@ -424,7 +405,7 @@ def tolerance_dtype(klass: str) -> str:
     return "bfloat16" if klass == BELOW else klass
 
 
-def _adapter_grads(adapter: Any, fn: Any, raw: Any, grad_inputs: dict[str, torch.Tensor], rounded: dict[str, Any], kw: dict[str, Any], upstream: Any, dtype: str, record: Quantity) -> tuple[np.ndarray, ...] | None:
+def adapter_grads(adapter: LoadedAdapter, fn: Any, raw: Any, grad_inputs: dict[str, torch.Tensor], rounded: dict[str, Any], kw: dict[str, Any], upstream: Any, dtype: str, record: Quantity) -> tuple[np.ndarray, ...] | None:
     if adapter.array_api == "torch":
         out = raw
         if not isinstance(out, torch.Tensor):
@@ -438,16 +419,16 @@ def _adapter_grads(adapter: Any, fn: Any, raw: Any, grad_inputs: dict[str, torch
             np.zeros(t.shape) if d is None else d.detach().to(torch.float64).numpy()
             for t, d in zip(inputs, grads)
         )
-    grad_fn = getattr(adapter, f"{record.function}_grad", None)
+    grad_fn = adapter.grad_function(record.function)
     if grad_fn is None:
         return None
     args = _numpy_args(rounded, dtype)
     u = upstream.copy() if isinstance(upstream, np.ndarray) else upstream
     grads = _guarded(grad_fn, [*rounded, "upstream"], [*args, u], kw)
-    return tuple(np.asarray(g, dtype=np.float64) for g in _as_tuple(grads))
+    return tuple(np.asarray(g, dtype=np.float64) for g in as_tuple(grads))
 
 
-def _record(outcome: Outcome, mismatch: Mismatch | None, actual: Any, expected: Any, tol: Tol) -> None:
+def record_comparison(outcome: Outcome, mismatch: Mismatch | None, actual: Any, expected: Any, tol: Tol) -> None:
     """Fold one comparison into the outcome's error figures (relative error only where |expected|
     exceeds the absolute tolerance) and keep its mismatch."""
     a = np.asarray(actual, dtype=np.float64)

@@ -49,14 +49,16 @@ import numpy as np
 
 import oracle
 from conformance.records import cases, inputs
-from conformance.compare import compare
-from conformance.suite import RowResult, run_with_timeout, seeds_for
+from conformance.records.keywords import AGG_MODE
+from conformance.runner.compare import compare
+from conformance.runner.protocol import Adapter, LoadedAdapter
+from conformance.runner.rows import RowResult, seeds_for
+from conformance.runner.timeout import run_with_timeout
 from conformance.tolerances import tolerance
 
-__all__ = ["MODES", "partition_rows", "partition_row", "step_cases", "refimpl_micro_batched_loss",
-           "oracle_micro_batched_loss", "oracle_micro_batched_loss_grad"]
+__all__ = ["MODES", "partition_rows", "partition_row", "step_cases"]
 
-MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_sum")
+MODES = AGG_MODE.choices
 DP = 2
 N_SEEDS = 3
 
@@ -130,7 +132,7 @@ def _alternatives(step: dict[str, Any], mode: str, x: np.ndarray) -> dict[str, t
 # ---------------------------------------------------------------------------------------------
 
 
-def _observe(adapter: Any, step: dict[str, Any], mode: str, dtype: str) -> tuple[float, np.ndarray | None, np.ndarray]:
+def _observe(adapter: LoadedAdapter, step: dict[str, Any], mode: str, dtype: str) -> tuple[float, np.ndarray | None, np.ndarray]:
     """(effective value, effective gradient or None, the float64 inputs the adapter saw)."""
     x = cases.round_to(np.where(step["mask"], step["token_loss"], 0.0), dtype)
     x = np.where(step["mask"], x, step["token_loss"])  # garbage stays at masked positions
@@ -147,7 +149,7 @@ def _observe(adapter: Any, step: dict[str, Any], mode: str, dtype: str) -> tuple
             raise ValueError(f"micro_batched_loss returned {len(losses)} losses for {len(slices)} micro-batches")
         total = sum(losses) / dp
         value = float(total.detach().double())
-        if not getattr(adapter, "supports_grad", True) or not total.requires_grad:
+        if not adapter.supports_grad or not total.requires_grad:
             return value, None, x
         grads = torch.autograd.grad(total, leaves, allow_unused=True)
         grad = np.concatenate([np.zeros(m[s].shape) if g is None else g.detach().double().numpy() for s, g in zip(slices, grads)])
@@ -159,29 +161,29 @@ def _observe(adapter: Any, step: dict[str, Any], mode: str, dtype: str) -> tuple
     if len(losses) != len(slices):
         raise ValueError(f"micro_batched_loss returned {len(losses)} losses for {len(slices)} micro-batches")
     value = float(sum(float(np.reshape(v, ())) for v in losses)) / dp
-    grad_fn = getattr(adapter, "micro_batched_loss_grad", None)
+    grad_fn = adapter.micro_batched_loss_grad
     if grad_fn is None:
         return value, None, x
     grads = grad_fn(chunks, masks, 1.0, **kw)
     return value, np.concatenate([np.asarray(g, dtype=np.float64) for g in grads]) / dp, x
 
 
-def partition_row(adapter: Any, mode: str, *, seed: int = 0, n_seeds: int = N_SEEDS) -> RowResult:
+def partition_row(adapter: Adapter, mode: str, *, seed: int = 0, n_seeds: int = N_SEEDS) -> RowResult:
     """The ``agg.partition[<mode>]`` row of one adapter: metamorphic (the adapter against itself),
     the split step against the same batch as one micro-batch on one rank."""
+    adapter = LoadedAdapter.of(adapter)
     t0 = time.perf_counter()
     label = f"agg.partition[{mode}]"
     steps = step_cases(mode, seed, n_seeds)
     row = RowResult(id=f"{label}@{adapter.name}", spec_id=f"agg.{mode}", function=label, adapter=adapter.name,
                     status="pass", seeds=[s["seed"] for s in steps])
-    if getattr(adapter, "micro_batched_loss", None) is None:
+    if adapter.micro_batched_loss is None:
         row.status = "not_implemented"
         row.message = (f"adapter {adapter.name!r} exposes no micro_batched_loss(token_loss_chunks, mask_chunks, *, mode, "
-                       "norm_length=None, dp_world_size=1) (the opt-in of conformance/partition.py)")
+                       "norm_length=None, dp_world_size=1) (the opt-in of conformance/runner/partition.py)")
         row.seconds = time.perf_counter() - t0
         return row
-    supported = getattr(adapter, "dtypes", ("float64", "float32"))
-    dtypes = [d for d in ("float64", "float32") if d in supported]
+    dtypes = [d for d in ("float64", "float32") if d in adapter.dtypes]
     failures: list[str] = []
     explained: dict[str, int] = {}
     not_canonical = 0
@@ -235,8 +237,9 @@ def partition_row(adapter: Any, mode: str, *, seed: int = 0, n_seeds: int = N_SE
     return row
 
 
-def partition_rows(adapter: Any, *, seed: int = 0, n_seeds: int = N_SEEDS, timeout: float = 120.0) -> list[RowResult]:
+def partition_rows(adapter: Adapter, *, seed: int = 0, n_seeds: int = N_SEEDS, timeout: float = 120.0) -> list[RowResult]:
     """One row per aggregation mode; a row that outlives ``timeout`` becomes an error row."""
+    adapter = LoadedAdapter.of(adapter)
     rows = []
     for mode in MODES:
         def on_timeout(mode: str = mode) -> RowResult:
@@ -247,36 +250,3 @@ def partition_rows(adapter: Any, *, seed: int = 0, n_seeds: int = N_SEEDS, timeo
         rows.append(run_with_timeout(lambda mode=mode: partition_row(adapter, mode, seed=seed, n_seeds=n_seeds),
                                      timeout, on_timeout))
     return rows
-
-
-# ---------------------------------------------------------------------------------------------
-# the built-in adapters' implementations of the contract
-# ---------------------------------------------------------------------------------------------
-
-
-def refimpl_micro_batched_loss(token_loss_chunks, mask_chunks, *, mode, norm_length=None, dp_world_size=1):
-    """refimpl: ``step_counts`` over every rank's chunks (the all-reduce, simulated in one process),
-    then ``micro_batch_loss`` per chunk with ``dp_world_size``."""
-    import refimpl
-
-    counts = refimpl.step_counts(list(mask_chunks))
-    return [refimpl.micro_batch_loss(x, m, counts, mode=mode, norm_length=norm_length, dp_world_size=dp_world_size)
-            for x, m in zip(token_loss_chunks, mask_chunks)]
-
-
-def _oracle_counts(mask_chunks) -> dict[str, float]:
-    return {"num_tokens": float(sum(np.asarray(m).sum() for m in mask_chunks)),
-            "num_seqs": float(sum(np.asarray(m).shape[0] for m in mask_chunks))}
-
-
-def oracle_micro_batched_loss(token_loss_chunks, mask_chunks, *, mode, norm_length=None, dp_world_size=1):
-    """The oracle: ``aggregate`` of each chunk with the step's global counts, times ``dp_world_size``."""
-    counts = _oracle_counts(mask_chunks)
-    return [dp_world_size * oracle.aggregate(x, m, mode=mode, norm_length=norm_length, **counts)
-            for x, m in zip(token_loss_chunks, mask_chunks)]
-
-
-def oracle_micro_batched_loss_grad(token_loss_chunks, mask_chunks, upstream, *, mode, norm_length=None, dp_world_size=1):
-    counts = _oracle_counts(mask_chunks)
-    return [dp_world_size * oracle.aggregate_grad(x, m, upstream, mode=mode, norm_length=norm_length, **counts)
-            for x, m in zip(token_loss_chunks, mask_chunks)]

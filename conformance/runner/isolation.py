@@ -1,4 +1,4 @@
-"""Crash isolation for `rlspec check --isolate`: the rows of one adapter run in a worker process.
+"""Crash isolation for `rlspec check --isolate`: every row of one adapter runs in a worker process.
 
 An adapter that calls `os._exit`, segfaults in a native kernel or is killed by a signal would take the
 whole in-process run with it (no table, no report). Here one persistent worker per adapter (started
@@ -8,7 +8,9 @@ rows one at a time on request. The messages on its pipe are JSON (never pickles:
 be picklable). Before each adapter call the worker sends the trial's description, so when it dies the
 parent can say what was running. A death or a per-row timeout costs that row (an `error` row) and the
 worker, not the run: the next row gets a fresh worker. Unlike the in-process path, which can only
-abandon a hung thread, a timed-out worker is killed.
+abandon a hung thread, a timed-out worker is killed. Every part of the run is served so: the core rows
+one request each, the `agg.partition` rows and the adapter's own rows one request per part
+(`conformance.runner.run.run_part`, the same function the in-process path calls).
 """
 
 from __future__ import annotations
@@ -23,14 +25,19 @@ from dataclasses import asdict
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from conformance.adapters import BUILTIN_ADAPTERS, AdapterLoadError, load_adapter
-from conformance.commands.check import RunOptions, error_row, run_row
 from conformance.records import BY_FUNCTION, Quantity
-from conformance.suite import RowResult
+from conformance.runner.loading import BUILTIN_ADAPTERS, AdapterLoadError, load_adapter
+from conformance.runner.partition import MODES
+from conformance.runner.rows import RowResult, error_row
+from conformance.runner.options import RunOptions
+from conformance.runner.parts import core_error_row, run_part
 
 # A worker's start-up (spawning Python, importing torch and the adapter) is not the first row's time:
 # it gets the per-row limit, but at least this many seconds.
 MIN_START_S = 60.0
+# The partition and framework parts time out inside the worker first (error rows); the worker is killed
+# only this long after.
+PART_GRACE_S = 10.0
 
 
 def isolates(mode: str, ref: str, *, given_as_object: bool) -> bool:
@@ -74,10 +81,11 @@ def _serve(conn: Connection, ref: str, options: dict[str, Any]) -> None:
             return
         if request is None:
             return
-        record = BY_FUNCTION[request["function"]]
+        records = [BY_FUNCTION[f] for f in request["functions"]]
         try:
-            row = run_row(record, adapter, ref, run_options, on_trial=lambda d: _send(conn, {"trial": d}))
-            _send(conn, {"row": row.to_json()})
+            rows = run_part(request["part"], adapter, ref, records, run_options,
+                            on_trial=lambda d: _send(conn, {"trial": d}))
+            _send(conn, {"rows": [row.to_json() for row in rows]})
         except BaseException as exc:  # noqa: BLE001 - as in process: the row is an error row
             _send(conn, {"raised": f"{type(exc).__name__}: {exc}"})
 
@@ -110,40 +118,55 @@ class IsolatedRows:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run(self, record: Quantity) -> RowResult:
-        """The row of `record`: the worker's verdict, or an error row when the worker died, timed out
-        or cannot load the adapter. On any exception here (Ctrl-C) the worker is killed."""
+    def run(self, part: str, records: list[Quantity]) -> list[RowResult]:
+        """The rows of one part of the run (`conformance.runner.run.PARTS`; for "core", of its one record):
+        the worker's verdicts, or error rows when the worker died, timed out or cannot load the adapter. On
+        any exception here (Ctrl-C) the worker is killed."""
         try:
-            return self._run(record)
+            return self._run(part, records)
         except BaseException:
             self._kill()
             raise
 
-    def _run(self, record: Quantity) -> RowResult:
+    def _errors(self, part: str, records: list[Quantity], message: str) -> list[RowResult]:
+        """What a part that could not complete reports: its rows as error rows."""
+        if part == "core":
+            return [core_error_row(records[0], self.adapter_name, self.options, message)]
+        if part == "partition":
+            return [error_row(f"agg.partition[{mode}]@{self.adapter_name}", f"agg.{mode}", f"agg.partition[{mode}]",
+                              self.adapter_name, message) for mode in MODES]
+        return [error_row(f"{self.adapter_name}.extra_rows", "-", f"{self.adapter_name}.extra_rows", self.adapter_name,
+                          message)]
+
+    def _run(self, part: str, records: list[Quantity]) -> list[RowResult]:
         if self._proc is None and self._load_error is None:
             self._start()
         if self._load_error is not None:
-            return error_row(record, self.adapter_name, self.options, self._load_error)
+            return self._errors(part, records, self._load_error)
         assert self._conn is not None
         try:
-            _send(self._conn, {"function": record.function})
+            _send(self._conn, {"part": part, "functions": [r.function for r in records]})
         except OSError:  # it died since the last row: reported below, as any death
             pass
         timeout = self.options.timeout
-        deadline = time.monotonic() + timeout
-        where = f"during {record.function}"
+        # a core row has the per-row limit; the other parts keep their own limits inside the worker (each
+        # partition row, the framework's rows as one call) and are killed only past them
+        limit = timeout if part == "core" else timeout * (len(MODES) if part == "partition" else 1) + PART_GRACE_S
+        deadline = time.monotonic() + limit
+        what = records[0].function if part == "core" else f"the {part} rows"
+        where = f"during {what}"
         while True:
             message = self._receive(deadline)
             if "trial" in message:
-                where = f"during {record.function}, {message['trial']}"
-            elif "row" in message:
-                return RowResult.from_json(message["row"])
+                where = f"during {what}, {message['trial']}"
+            elif "rows" in message:
+                return [RowResult.from_json(row) for row in message["rows"]]
             elif "raised" in message:
-                return error_row(record, self.adapter_name, self.options, message["raised"])
+                return self._errors(part, records, message["raised"])
             else:  # died or timed out: this worker is done, the next row gets a fresh one
                 self._kill()
-                cause = message.get("died") or f"timed out after {timeout:g}s (per-row limit, --timeout)"
-                return error_row(record, self.adapter_name, self.options, f"{cause} {where}")
+                cause = message.get("died") or f"timed out after {limit:g}s (per-row limit, --timeout)"
+                return self._errors(part, records, f"{cause} {where}")
 
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")

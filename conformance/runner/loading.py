@@ -10,22 +10,17 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
-from conformance import frameworks
+from conformance.runner.discovery import framework_adapter_path, framework_names
+from conformance.runner.protocol import AdapterError, LoadedAdapter
 
 ENTRY_POINT_GROUP = "rlspec.adapters"
 
-# The input dtypes checked when an adapter declares no `dtypes`, by `array_api`.
-DEFAULT_DTYPES: dict[str, tuple[str, ...]] = {
-    "torch": ("float64", "float32", "bfloat16"),
-    "numpy": ("float64", "float32"),
-}
-
 # name -> "module:factory"; factories are imported only when asked for, so a missing optional
-# framework never breaks the others. The frameworks are the folders of conformance/frameworks/.
+# framework never breaks the others. The frameworks are the homes under conformance/frameworks/.
 BUILTIN_ADAPTERS: dict[str, str] = {
-    "oracle": "conformance.adapters.builtin:oracle_adapter",
-    "refimpl": "conformance.adapters.builtin:refimpl_adapter",
-    **{name: frameworks.adapter_path(name) for name in frameworks.names()},
+    "oracle": "conformance.runner.builtin:oracle_adapter",
+    "refimpl": "conformance.runner.builtin:refimpl_adapter",
+    **{name: framework_adapter_path(name) for name in framework_names()},
 }
 
 
@@ -61,13 +56,10 @@ def _instantiate(obj: Any) -> Any:
             obj = obj()
         except Exception as exc:  # noqa: BLE001 - a factory that raises is a load error
             raise AdapterLoadError(f"adapter factory {getattr(obj, '__name__', obj)!r} raised {type(exc).__name__}: {exc}") from exc
-    for attribute in ("name", "version", "spec_version", "array_api"):
-        if not hasattr(obj, attribute):
-            raise AdapterLoadError(f"adapter {obj!r} lacks the required attribute {attribute!r}")
-    if obj.array_api not in ("torch", "numpy"):
-        raise AdapterLoadError(
-            f"adapter {obj.name!r}: array_api must be 'torch' or 'numpy', got {obj.array_api!r}"
-        )
+    try:
+        LoadedAdapter.of(obj)  # the required attributes and array_api, said once
+    except AdapterError as exc:
+        raise AdapterLoadError(str(exc)) from None
     return obj
 
 

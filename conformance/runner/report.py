@@ -1,5 +1,5 @@
 """Reports of a conformance run: the terminal table, JSON (schema `report-v2`), JUnit XML and
-Markdown. The JSON schema lives in `conformance/report_schema.json`."""
+Markdown. The JSON schema lives in `conformance/runner/report_schema.json`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import SPEC_VERSION, SUITE_VERSION
-from conformance.suite import STATUSES, RowResult
+from conformance.runner.rows import STATUSES, RowResult
 
 REPORT_SCHEMA_VERSION = "report-v2"
 SCHEMA_PATH = Path(__file__).with_name("report_schema.json")
@@ -28,6 +28,16 @@ FINDING_DESCRIPTIONS = {
 }
 FINDINGS = tuple(s for s in STATUSES if s != "pass") + tuple(FINDING_DESCRIPTIONS)
 DEFAULT_FAIL_ON = ("fail", "error", "precision")
+
+
+def parse_fail_on(text: str) -> tuple[str, ...]:
+    """The finding kinds of a comma-separated list (`--fail-on`, `--rlspec-fail-on`); ValueError names an
+    unknown one."""
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in FINDINGS]
+    if unknown:
+        raise ValueError(f"unknown finding kind(s) {', '.join(unknown)}; choose from {', '.join(FINDINGS)}")
+    return kinds
 
 
 @dataclass
@@ -261,15 +271,12 @@ def render_junit(report: Report) -> str:
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def write_outputs(report: Report, *, json_path: str | None, junit_path: str | None, markdown_path: str | None,
-                  html_path: str | None = None) -> None:
+def write_outputs(report: Report, *, json_path: str | None, junit_path: str | None, markdown_path: str | None) -> None:
+    """Write the report's JSON, JUnit XML and Markdown to the paths given (None: not written). The HTML
+    page of a run is the site's (`rlspec check --html`)."""
     if json_path:
         Path(json_path).write_text(json.dumps(report.to_json(), indent=2, sort_keys=False) + "\n")
     if junit_path:
         Path(junit_path).write_text(render_junit(report))
     if markdown_path:
         Path(markdown_path).write_text(render_markdown(report))
-    if html_path:  # the matrix page of `rlspec site`, for this run (conformance/site/matrix.py)
-        from conformance.site.matrix import report_page
-
-        Path(html_path).write_text(report_page(report.to_json()), encoding="utf-8")

@@ -12,7 +12,7 @@ One *row* is (quantity, adapter). Its checks:
 - `invariant:detached`: no gradient reaches the inputs the spec makes constants (torch adapters);
 - `preset:<name>`: for adapters that accept every spec keyword (`accepts_variants = True`), the
   property cases under each preset's keywords.
-The metamorphic checks are in `conformance.invariants`.
+The metamorphic checks are in `conformance.runner.invariants`.
 
 Semantics and precision are judged apart. The adapter is called once per case; each oracle-compared
 outcome records the finest precision class its outputs meet (float64, float32, bfloat16 or below
@@ -26,113 +26,28 @@ finding). The metamorphic and preset checks are judged at that precision. `stric
 every case at its own dtype's class. A row that nothing explains is a FAIL showing its worst case.
 Cases the adapter does not offer (`NotImplementedError`, `unsupported_kwargs`) are listed and left
 out; the rest of the row is checked. `check_row` keeps the trials whose values or gradients missed
-on `RowResult.evidence` for `conformance.diagnosis`, which names the known bugs consistent with them.
+on `RowResult.evidence` for `conformance.runner.diagnosis`, which names the known bugs consistent with them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import threading
-import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.records import cases, make_case
-from conformance.differential import (
-    BELOW,
-    RANK,
-    Outcome,
-    adapter_dtypes,
-    coarser,
-    precision_label,
-    rejudge,
-    run_case,
-)
-from conformance.invariants import METAMORPHIC
-from conformance.records import Quantity
+from conformance.records import Quantity, cases
+from conformance.runner.differential import BELOW, RANK, Outcome, coarser, precision_label, rejudge, run_case
+from conformance.runner.invariants import METAMORPHIC
+from conformance.runner.protocol import Adapter, LoadedAdapter
+from conformance.runner.rows import RowResult, finite_or_none, match_status
 
-STATUSES = {
-    "pass": "the canonical quantity, at the precision reported beside it",
-    "preset": "a named framework preset of the quantity (matched_preset, matched_kwargs)",
-    "variant": "a keyword set of the quantity that no preset uses (matched_kwargs)",
-    "fail": "a semantic difference no preset or variant explains, a broken invariant or a broken calling contract",
-    "error": "the adapter raised (or crashed, or timed out) on a case it implements",
-    "not_implemented": "the adapter lacks the function or raises NotImplementedError on every case",
-}
-
-
-@dataclass
-class RowResult:
-    """The verdict for one (quantity, adapter) row, as the reports print it."""
-
-    id: str
-    spec_id: str
-    function: str
-    adapter: str
-    status: str
-    matched_preset: str | None = None
-    matched_kwargs: dict[str, Any] | None = None
-    max_abs_err: float = 0.0
-    max_rel_err: float = float("nan")
-    message: str = ""
-    consistent_with: list[str] = field(default_factory=list)
-    checks: dict[str, str] = field(default_factory=dict)
-    n_cases: int = 0
-    seeds: list[int] = field(default_factory=list)
-    seconds: float = 0.0
-    # per input dtype, the finest precision class (PRECISIONS or BELOW) every output meets
-    precision: dict[str, str] = field(default_factory=dict)
-    # one entry per input dtype whose precision is coarser than the dtype's own class
-    precision_findings: list[dict[str, Any]] = field(default_factory=list)
-    # the keyword values the adapter does not offer ("scale='batch'"): not checked, rest of the row is
-    not_implemented_cases: list[str] = field(default_factory=list)
-    reproduce: str = ""  # re-runs the comparison the message shows (fail and error rows)
-
-    # Not a dataclass field (never serialised): the (trial, outcome) pairs whose values or gradients
-    # missed at the row's precision, set by `check_row`, for `conformance.diagnosis`.
-    evidence = ()
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RowResult:
-        """The row `to_json` wrote (non-finite errors come back as inf, or NaN for a relative error
-        that means nothing)."""
-        known = {f.name for f in fields(cls)}
-        row = cls(**{k: v for k, v in data.items() if k in known})
-        row.max_abs_err = float("inf") if row.max_abs_err is None else row.max_abs_err
-        row.max_rel_err = float("nan") if row.max_rel_err is None else row.max_rel_err
-        return row
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["max_abs_err"] = _finite_or_none(self.max_abs_err)
-        out["max_rel_err"] = _finite_or_none(self.max_rel_err)
-        return out
-
-
-def match_status(preset: str | None) -> str:
-    """The status of a row explained by a non-canonical keyword set: "preset" when a named preset
-    uses it, "variant" otherwise."""
-    return "preset" if preset else "variant"
-
-
-def _finite_or_none(x: float) -> float | None:
-    return x if x == x and abs(x) != float("inf") else None
-
-
-def seeds_for(function: str, base_seed: int, n: int) -> list[int]:
-    """Deterministic per-function seeds (the run's `--seed` shifts them all)."""
-    start = zlib.crc32(function.encode()) + 7919 * base_seed
-    return [(start + 104729 * i) % 2**32 for i in range(n)]
-
-
-def _dtypes(record: Quantity, adapter: Any) -> list[str]:
-    supported = adapter_dtypes(adapter)
-    return [d for d in record.dtypes if d in supported]
+def _dtypes(record: Quantity, adapter: LoadedAdapter) -> list[str]:
+    return [d for d in record.dtypes if d in adapter.dtypes]
 
 
 @dataclass(eq=False)
-class _Trial:
+class Trial:
     """One comparison to run. `oracle_kwargs` are the keywords only the oracle is given (a
     framework row's pinned keywords); the adapter gets `adapter_kwargs`. `outcome` is the canonical
     result once run: fingerprinting re-judges it (`differential.rejudge`) without calling the
@@ -154,7 +69,8 @@ class _Trial:
     def metamorphic(self) -> bool:
         return self.kind in METAMORPHIC
 
-    def run(self, record: Quantity, adapter: Any, *, ref: str | None = None, tol_class: str | None = None) -> Outcome:
+    def run(self, record: Quantity, adapter: LoadedAdapter, *, ref: str | None = None,
+            tol_class: str | None = None) -> Outcome:
         """Call the adapter; oracle-compared checks are judged at `tol_class` (default the dtype's)."""
         if self.kind in METAMORPHIC:  # the adapter against itself: no oracle keywords
             out = METAMORPHIC[self.kind](record, adapter, self.case, self.dtype, self.adapter_kwargs, tol_class)
@@ -174,19 +90,19 @@ class _Trial:
         return rejudge(self.outcome, {**self.oracle_base(), **variant}, klass)
 
 
-def _trials(record: Quantity, adapter: Any, seeds: list[int], golden: Iterable[cases.Case],
-            fixed: dict[str, Any]) -> list[_Trial]:
-    trials: list[_Trial] = []
+def _trials(record: Quantity, adapter: LoadedAdapter, seeds: list[int], golden: Iterable[cases.Case],
+            fixed: dict[str, Any]) -> list[Trial]:
+    trials: list[Trial] = []
     dtypes = _dtypes(record, adapter)
 
-    def trial(kind: str, case: cases.Case, dtype: str) -> _Trial:
+    def trial(kind: str, case: cases.Case, dtype: str) -> Trial:
         if fixed:  # a copy: golden cases are shared (cached) objects, never edited in place
             case = dataclasses.replace(case, kwargs={**case.kwargs, **fixed})
         question = record.question_kwargs(case.kwargs)
-        return _Trial(kind, case, dtype, question, {k: v for k, v in fixed.items() if k not in question})
+        return Trial(kind, case, dtype, question, {k: v for k, v in fixed.items() if k not in question})
 
     for seed in seeds:
-        case = make_case(record.function, seed)
+        case = record.make_case(seed)
         for dtype in dtypes:
             trials.append(trial("property", case, dtype))
         if "mask" in record.invariants and "mask" in case.args:
@@ -199,12 +115,12 @@ def _trials(record: Quantity, adapter: Any, seeds: list[int], golden: Iterable[c
             trials.append(trial("invariant:detached", case, dtypes[0]))
     for case in golden:
         trials.append(trial("golden", case, "float64" if "float64" in dtypes else dtypes[0]))
-    if getattr(adapter, "accepts_variants", False):
+    if adapter.accepts_variants:
         for name in record.presets:
             for seed in seeds:
-                case = make_case(record.function, seed)
+                case = record.make_case(seed)
                 kw = record.preset_kwargs(name, case.kwargs)
-                trials.append(_Trial(f"preset:{name}", case, "float32" if "float32" in dtypes else dtypes[0], kw))
+                trials.append(Trial(f"preset:{name}", case, "float32" if "float32" in dtypes else dtypes[0], kw))
     return trials
 
 
@@ -218,7 +134,7 @@ class _Explanation:
     score: tuple[int, int]
 
 
-def _deficit(trial: _Trial, outcome: Outcome) -> int:
+def _deficit(trial: Trial, outcome: Outcome) -> int:
     """How many precision classes the outcome is coarser than its input dtype's (0 when it meets
     the dtype's class or finer, or compared nothing: an ill-conditioned case under this variant)."""
     if outcome.status not in ("pass", "fail") or outcome.precision is None:
@@ -226,7 +142,7 @@ def _deficit(trial: _Trial, outcome: Outcome) -> int:
     return max(0, RANK[outcome.precision] - RANK[trial.dtype])
 
 
-def _precision_by_dtype(trials: list[_Trial], outcomes: list[Outcome]) -> dict[str, str]:
+def _precision_by_dtype(trials: list[Trial], outcomes: list[Outcome]) -> dict[str, str]:
     """Per input dtype, the coarsest class its outcomes meet."""
     out: dict[str, str] = {}
     for t, o in zip(trials, outcomes):
@@ -235,7 +151,7 @@ def _precision_by_dtype(trials: list[_Trial], outcomes: list[Outcome]) -> dict[s
     return out
 
 
-def _explain(trials: list[_Trial], candidates: list[dict[str, Any]], strict: bool) -> _Explanation | None:
+def _explain(trials: list[Trial], candidates: list[dict[str, Any]], strict: bool) -> _Explanation | None:
     """The candidate under which the trials are explained at the finest precision.
 
     Semantics are decided by the trials with float64/float32 inputs (all trials if there are no
@@ -277,12 +193,12 @@ def _candidates(record: Quantity, fixed: dict[str, Any], prefer: str | None) -> 
     return out
 
 
-def _explain_by_question(record: Quantity, trials: list[_Trial], candidates: list[dict[str, Any]],
+def _explain_by_question(record: Quantity, trials: list[Trial], candidates: list[dict[str, Any]],
                          strict: bool) -> tuple[str, dict[str, _Explanation]] | None:
     """When no single keyword set explains every trial, split the trials by the value of one
     question keyword (e.g. `estimator`: verl clamps only its k3) and explain each group alone."""
     for key in record.question:
-        groups: dict[str, list[_Trial]] = {}
+        groups: dict[str, list[Trial]] = {}
         for t in trials:
             groups.setdefault(repr(t.adapter_kwargs.get(key)), []).append(t)
         if len(groups) < 2:
@@ -305,7 +221,7 @@ def _names_of(record: Quantity, variant: dict[str, Any]) -> list[str]:
 
 def check_row(
     record: Quantity,
-    adapter: Any,
+    adapter: Adapter,
     *,
     seeds: list[int],
     golden: Iterable[cases.Case] = (),
@@ -326,6 +242,7 @@ def check_row(
     are pinned in every case (the adapter is asked only the question ones, the oracle all of them),
     `prefer` names the preset fingerprinting tries first, `skip(case)` may name a reason to leave a
     case out, `row_id` names the row."""
+    adapter = LoadedAdapter.of(adapter)
     fixed = dict(fixed or {})
     row = RowResult(
         id=row_id or f"{record.function}@{adapter.name}",
@@ -335,13 +252,13 @@ def check_row(
         status="pass",
         seeds=list(seeds),
     )
-    if getattr(adapter, record.function, None) is None:
+    if adapter.function(record.function) is None:
         row.status = "not_implemented"
         row.message = f"{record.function} is not implemented by adapter {adapter.name!r}"
         return row
     if not _dtypes(record, adapter):
         row.status = "not_implemented"
-        row.message = f"adapter dtypes {adapter_dtypes(adapter)} share none with {record.function}'s {record.dtypes}"
+        row.message = f"adapter dtypes {adapter.dtypes} share none with {record.function}'s {record.dtypes}"
         return row
     trials = _trials(record, adapter, seeds, golden, fixed)
     skipped: list[str] = []
@@ -356,7 +273,7 @@ def check_row(
     compared = [t for t in compared if t not in absent]
     row.not_implemented_cases = sorted({t.outcome.absent for t in absent})
     # an exception or a broken contract decides the status, but every check still runs: the
-    # failure pattern of the row (`checks`) is what `conformance.diagnosis` matches bugs against
+    # failure pattern of the row (`checks`) is what `conformance.runner.diagnosis` matches bugs against
     errors = [t.outcome for t in compared if t.outcome.status == "error"]
     broken = [t.outcome for t in compared if t.outcome.contract]
     for t in compared:
@@ -426,8 +343,8 @@ def check_row(
     return _finish(row, skipped, status, message, None)
 
 
-def _call(record: Quantity, adapter: Any, trials: list[_Trial], ref: str | None,
-          on_trial: Callable[[str], None] | None) -> list[_Trial]:
+def _call(record: Quantity, adapter: LoadedAdapter, trials: list[Trial], ref: str | None,
+          on_trial: Callable[[str], None] | None) -> list[Trial]:
     """Run the oracle-compared trials (one adapter call each); the ones that compared something or
     said why not (ill-conditioned cases and unsupported dtypes are dropped)."""
     kept = []
@@ -461,13 +378,13 @@ class _Semantics:
     def explained(self) -> bool:
         return self.explanation is not None or self.split is not None
 
-    def klass(self, t: _Trial) -> str:
+    def klass(self, t: Trial) -> str:
         """The tolerance class a trial is judged at: the row's precision for its dtype, never finer
         than the dtype's own."""
         return coarser(self.precision.get(t.dtype, t.dtype), t.dtype)
 
 
-def _semantics(record: Quantity, semantic: list[_Trial], candidates: list[dict[str, Any]], strict: bool) -> _Semantics:
+def _semantics(record: Quantity, semantic: list[Trial], candidates: list[dict[str, Any]], strict: bool) -> _Semantics:
     explanation = _explain(semantic, candidates, strict) if semantic else _Explanation({}, {}, (0, 0))
     if explanation is not None:
         variant_of = {id(t): explanation.variant for t in semantic}
@@ -530,14 +447,14 @@ def _worse(a: str, b: str) -> str:
     return max(a, b, key=lambda s: order.index(s) if s in order else 0)
 
 
-def _precision_findings(record: Quantity, adapter: Any, trials: list[_Trial], variant_of: dict[int, dict[str, Any]],
+def _precision_findings(record: Quantity, adapter: LoadedAdapter, trials: list[Trial], variant_of: dict[int, dict[str, Any]],
                         precision: dict[str, str], strict: bool) -> list[dict[str, Any]]:
     """One finding per input dtype whose outputs meet only a coarser class than the dtype's own:
     the class met, the worst case judged at the dtype's class (its error figures and reproduce
     line), and the adapter's `precision_notes` for the function."""
     if strict:
         return []
-    note = (getattr(adapter, "precision_notes", None) or {}).get(record.function, "")
+    note = adapter.precision_notes.get(record.function, "")
     findings = []
     for dtype, meets in precision.items():
         if RANK[meets] <= RANK[dtype]:
@@ -551,8 +468,8 @@ def _precision_findings(record: Quantity, adapter: Any, trials: list[_Trial], va
         findings.append({
             "dtype": dtype,
             "meets": meets,
-            "max_abs_err": _finite_or_none(worst.max_abs),
-            "max_rel_err": _finite_or_none(worst.max_rel),
+            "max_abs_err": finite_or_none(worst.max_abs),
+            "max_rel_err": finite_or_none(worst.max_rel),
             "case": t.describe(),
             "note": note,
             "message": f"{dtype} inputs: outputs meet {precision_label(meets)} precision, not {dtype} "
@@ -566,26 +483,3 @@ def _precision_findings(record: Quantity, adapter: Any, trials: list[_Trial], va
 
 def _fmt_kwargs(kwargs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-
-
-def run_with_timeout(fn: Callable[[], RowResult], timeout: float, on_timeout: Callable[[], RowResult]) -> RowResult:
-    """Run one row in a daemon thread; a row that outlives `timeout` seconds becomes an error row
-    (the thread is abandoned, the run goes on)."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["row"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - any adapter failure becomes an error row
-            box["exc"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        return on_timeout()
-    if "exc" in box:
-        row = on_timeout()
-        row.message = f"{type(box['exc']).__name__}: {box['exc']}"
-        return row
-    return box["row"]

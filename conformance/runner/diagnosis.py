@@ -16,7 +16,7 @@ For a row that fails (or errors), a mutant of `conformance.mutants` is *consiste
 
 Only value and gradient mismatches are evidence: a row that errored, or failed by breaking the
 calling contract, gets no hypothesis, and neither does a difference within the precision the adapter
-meets (those rows are not FAILs: `conformance.suite` reports the precision apart). The replay
+meets (those rows are not FAILs: `conformance.runner.verdict` reports the precision apart). The replay
 compares at that precision too (`RowResult.precision`), so a float32 framework's bug is still
 recognised. Rows that match a preset or variant are diagnosed too (strong matches only). Both together is the strong verdict: the row lists the mutants' `Mutant.label()` ("temperature not
 applied when recomputing log-probs [mutant logprob_temperature_missing, bug-catalogue #4]"). When no
@@ -30,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from conformance.records import cases
-from conformance.differential import adapter_function, coarser, tolerance_dtype
-from conformance.invariants import METAMORPHIC, observe
-from conformance.records import BY_FUNCTION, Quantity
-from conformance.suite import RowResult
+from conformance.records import Quantity, cases
+from conformance.runner.differential import Outcome, adapter_function, coarser, tolerance_dtype
+from conformance.runner.discovery import mutants as discovered_mutants
+from conformance.runner.invariants import METAMORPHIC, observe
+from conformance.runner.protocol import LoadedAdapter
+from conformance.runner.rows import RowResult
 from conformance.tolerances import Tol, tolerance
 
 __all__ = ["MAX_TRIALS", "PATTERN_ONLY", "diagnose", "reproduces", "signature_fits"]
@@ -79,13 +80,11 @@ def _same(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...], tol: Tol) -> boo
     return True
 
 
-def _replay(trial: Any, record: Quantity, adapter: Any) -> tuple[str, tuple[np.ndarray, ...]]:
+def _replay(trial: Any, record: Quantity, adapter: LoadedAdapter) -> tuple[str, tuple[np.ndarray, ...]]:
     """("ok" | "error", observations) of `adapter` on the trial's inputs (no oracle needed)."""
     if trial.kind in METAMORPHIC:
         outcome = trial.run(record, adapter)
         return ("error" if outcome.status == "error" else "ok"), outcome.observed
-    from conformance.differential import Outcome
-
     probe = Outcome("pass", record, adapter.name, trial.dtype, trial.case, trial.adapter_kwargs)
     fn = adapter_function(probe, adapter)
     if fn is None:
@@ -104,7 +103,7 @@ def reproduces(mutant: Any, record: Quantity, evidence: tuple[tuple[Any, Any], .
     raised), within the tolerance of the precision class the adapter meets for the trial's dtype."""
     if not evidence:
         return False
-    adapter = mutant.adapter()
+    adapter = LoadedAdapter.of(mutant.adapter())
     for trial, outcome in evidence[:MAX_TRIALS]:
         status, observed = _replay(trial, record, adapter)
         if outcome.status == "error" or not outcome.observed:
@@ -132,9 +131,7 @@ def diagnose(record: Quantity, row: RowResult, mutants: list[Any] | None = None)
     if row.status not in ("fail", "error", "preset", "variant") or not row.evidence:
         return []
     if mutants is None:
-        from conformance.mutants import all_mutants
-
-        mutants = all_mutants()
+        mutants = discovered_mutants()
     fitting = [m for m in mutants if record.function in m.replace
                and signature_fits(row, m.signature.get(record.function, ()))]
     failing = {k for k, v in row.checks.items() if v in FAILED}
@@ -145,11 +142,3 @@ def diagnose(record: Quantity, row: RowResult, mutants: list[Any] | None = None)
     if row.status in ("preset", "variant"):  # already explained: only a reproduced bug is worth naming
         return []
     return [m.label() + PATTERN_ONLY for m in fitting]
-
-
-def diagnose_rows(rows: list[RowResult], mutants: list[Any] | None = None) -> None:
-    """Fill `consistent_with` of every failing core-API row in place."""
-    for row in rows:
-        record = BY_FUNCTION.get(row.function)
-        if record is not None and row.id == f"{row.function}@{row.adapter}":
-            row.consistent_with = diagnose(record, row, mutants)

@@ -16,12 +16,12 @@ failure signatures of the known bugs (`conformance.mutants`) discriminative.
   that rejects those keywords (TypeError) gets the check reported as not implemented. Per mode, and
   for a framework's own micro-batch loss
   (counts, DDP averaging, empty micro-batches), see the `agg.partition[<mode>]` rows of
-  `conformance/partition.py` (adapters opt in with `micro_batched_loss`);
+  `conformance/runner/partition.py` (adapters opt in with `micro_batched_loss`);
 - `invariant:detached`: the inputs the spec makes constants (`Quantity.stop_grad_args`) are
   given `requires_grad=True`; no gradient may reach them through any output (torch adapters only).
 
-Every runner returns a `conformance.differential.Outcome` whose `observed` holds what the adapter
-returned, for `conformance.diagnosis` to replay known bugs against.
+Every runner returns a `conformance.runner.differential.Outcome` whose `observed` holds what the adapter
+returned, for `conformance.runner.diagnosis` to replay known bugs against.
 """
 
 from __future__ import annotations
@@ -32,23 +32,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from conformance.records import cases
-from conformance.compare import Mismatch, compare
-from conformance.differential import (
+from conformance.records import Quantity, cases
+from conformance.records.cases import seeded_upstream
+from conformance.runner.compare import Mismatch, compare
+from conformance.runner.differential import (
     NUMPY_DTYPES,
     Outcome,
-    _adapter_grads,
-    _as_tuple,
-    _call_numpy,
-    _call_torch,
-    _record,
-    _to_numpy,
-    tolerance_dtype,
     adapter_function,
+    adapter_grads,
+    as_tuple,
+    call_numpy,
+    call_torch,
     mark_not_implemented,
-    seeded_upstream,
+    record_comparison,
+    to_numpy,
+    tolerance_dtype,
 )
-from conformance.records import Quantity
+from conformance.runner.protocol import LoadedAdapter
 from conformance.tolerances import Tol, tolerance
 
 __all__ = ["METAMORPHIC", "observe", "partition_case", "run_detached", "run_mask", "run_partition"]
@@ -56,7 +56,7 @@ __all__ = ["METAMORPHIC", "observe", "partition_case", "run_detached", "run_mask
 
 def observe(
     record: Quantity,
-    adapter: Any,
+    adapter: LoadedAdapter,
     fn: Any,
     rounded: dict[str, Any],
     kwargs: dict[str, Any],
@@ -67,17 +67,17 @@ def observe(
     """Call `fn` on `rounded` inputs: (outputs, gradients w.r.t. the record's grad args for a seeded
     upstream of the output's shape, or None when the adapter gives no gradient). Raises what the
     adapter raises."""
-    wants_grad = bool(record.grad_args) and getattr(adapter, "supports_grad", True)
+    wants_grad = bool(record.grad_args) and adapter.supports_grad
     if adapter.array_api == "torch":
-        raw, grad_inputs = _call_torch(fn, rounded, kwargs, dtype, record.grad_args if wants_grad else ())
+        raw, grad_inputs = call_torch(fn, rounded, kwargs, dtype, record.grad_args if wants_grad else ())
     else:
-        raw, grad_inputs = _call_numpy(fn, rounded, kwargs, dtype), {}
-    values = _as_tuple(_to_numpy(raw))
+        raw, grad_inputs = call_numpy(fn, rounded, kwargs, dtype), {}
+    values = as_tuple(to_numpy(raw))
     if not wants_grad:
         return values, None
     if upstream is None:
         upstream = seeded_upstream(record, values, upstream_seed, dtype)
-    grads = _adapter_grads(adapter, fn, raw, grad_inputs, rounded, kwargs, upstream, dtype, record)
+    grads = adapter_grads(adapter, fn, raw, grad_inputs, rounded, kwargs, upstream, dtype, record)
     return values, grads
 
 
@@ -85,9 +85,9 @@ def _names(record: Quantity) -> tuple[str, ...]:
     return ("advantages", "returns") if record.output == "pair" else ("value",)
 
 
-def _start(record: Quantity, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
+def _start(record: Quantity, adapter: LoadedAdapter, case: cases.Case, dtype: str, kwargs: dict[str, Any],
            kind: str, tol_class: str | None) -> tuple[Outcome, Any]:
-    outcome = Outcome("pass", record, getattr(adapter, "name", "?"), dtype, case, dict(kwargs), kind=kind,
+    outcome = Outcome("pass", record, adapter.name, dtype, case, dict(kwargs), kind=kind,
                       judged_at=None if tol_class in (None, dtype) else tol_class)
     return outcome, adapter_function(outcome, adapter)
 
@@ -107,7 +107,7 @@ def _not_implemented(outcome: Outcome, exc: NotImplementedError) -> Outcome:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_mask(record: Quantity, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
+def run_mask(record: Quantity, adapter: LoadedAdapter, case: cases.Case, dtype: str, kwargs: dict[str, Any],
              tol_class: str | None = None) -> Outcome:
     """Outputs and gradients with poison at unused positions == those on the clean case."""
     poisoned = cases.plant_masked(case, case.seed or 0)
@@ -134,12 +134,12 @@ def run_mask(record: Quantity, adapter: Any, case: cases.Case, dtype: str, kwarg
     outcome.observed = values + (grads or ())
     tol = _tol(record, outcome, "value")
     for name, a, e in zip(_names(record), values, ref_values):
-        _record(outcome, compare(a, e, tol, what=f"{name} (poisoned vs clean inputs)"), a, e, tol)
+        record_comparison(outcome, compare(a, e, tol, what=f"{name} (poisoned vs clean inputs)"), a, e, tol)
     if grads is not None and ref_grads is not None:
         outcome.grad_checked = True
         gtol = _tol(record, outcome, "grad")
         for name, a, e in zip(record.grad_args, grads, ref_grads):
-            _record(outcome, compare(a, e, gtol, what=f"grad[{name}] (poisoned vs clean inputs)"), a, e, gtol)
+            record_comparison(outcome, compare(a, e, gtol, what=f"grad[{name}] (poisoned vs clean inputs)"), a, e, gtol)
     if outcome.mismatches:
         outcome.status = "fail"
         outcome.message = "values planted at masked positions changed a valid output or gradient"
@@ -185,7 +185,7 @@ STEP_STATISTICS: dict[str, Callable[[dict[str, Any]], Any]] = {
 }
 
 
-def _step_statistics(record: Quantity, adapter: Any, rounded: dict[str, Any], dtype: str) -> dict[str, Any]:
+def _step_statistics(record: Quantity, adapter: LoadedAdapter, rounded: dict[str, Any], dtype: str) -> dict[str, Any]:
     """The record's step statistics of the whole batch, arrays in the adapter's array type and dtype
     (what an all-gather of the parts would hand each part)."""
     out: dict[str, Any] = {}
@@ -203,7 +203,7 @@ def _describe_statistics(stats: dict[str, Any]) -> str:
                      for k, v in stats.items())
 
 
-def run_partition(record: Quantity, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
+def run_partition(record: Quantity, adapter: LoadedAdapter, case: cases.Case, dtype: str, kwargs: dict[str, Any],
                   tol_class: str | None = None) -> Outcome:
     """Σ over micro-batches (the step's statistics) == the whole batch (same statistics), value and
     gradient; for a per-row output, the parts' rows joined == the whole batch's."""
@@ -245,7 +245,7 @@ def run_partition(record: Quantity, adapter: Any, case: cases.Case, dtype: str, 
     whole = float(np.reshape(whole_values[0], ()))
     base = _tol(record, outcome, "value")
     tol = Tol(base.rtol, base.atol + base.rtol * float(np.sum(np.abs(part_values))), base.reason)
-    _record(outcome, compare(total, whole, tol, what="value (sum over micro-batches vs whole batch)"), total, whole, tol)
+    record_comparison(outcome, compare(total, whole, tol, what="value (sum over micro-batches vs whole batch)"), total, whole, tol)
     observed: list[np.ndarray] = [np.asarray(total)]
     if whole_grads is not None and all(g is not None for _, g in parts):
         outcome.grad_checked = True
@@ -253,7 +253,7 @@ def run_partition(record: Quantity, adapter: Any, case: cases.Case, dtype: str, 
         for i, name in enumerate(record.grad_args):
             joined = np.concatenate([g[i] for _, g in parts], axis=0)
             observed.append(joined)
-            _record(outcome, compare(joined, whole_grads[i], gtol, what=f"grad[{name}] (micro-batches vs whole batch)"),
+            record_comparison(outcome, compare(joined, whole_grads[i], gtol, what=f"grad[{name}] (micro-batches vs whole batch)"),
                     joined, whole_grads[i], gtol)
     observed.append(part_values)
     outcome.observed = tuple(observed)
@@ -272,7 +272,7 @@ def _joined_rows(record: Quantity, outcome: Outcome, whole_values: tuple[np.ndar
     tol = _tol(record, outcome, "value")
     joined = tuple(np.concatenate([v[i] for v, _ in parts], axis=0) for i in range(len(whole_values)))
     for name, a, e in zip(_names(record), joined, whole_values):
-        _record(outcome, compare(a, e, tol, what=f"{name} (micro-batches joined vs whole batch)"), a, e, tol)
+        record_comparison(outcome, compare(a, e, tol, what=f"{name} (micro-batches joined vs whole batch)"), a, e, tol)
     outcome.observed = joined
     if outcome.mismatches:
         outcome.status = "fail"
@@ -289,19 +289,19 @@ def _joined_rows(record: Quantity, outcome: Outcome, whole_values: tuple[np.ndar
 # ---------------------------------------------------------------------------------------------
 
 
-def run_detached(record: Quantity, adapter: Any, case: cases.Case, dtype: str, kwargs: dict[str, Any],
+def run_detached(record: Quantity, adapter: LoadedAdapter, case: cases.Case, dtype: str, kwargs: dict[str, Any],
                  tol_class: str | None = None) -> Outcome:
     """No gradient reaches the record's `stop_grad_args` through any output (torch adapters)."""
     outcome, fn = _start(record, adapter, case, dtype, kwargs, "invariant:detached", tol_class)
     if fn is None:
         return outcome
-    if adapter.array_api != "torch" or not getattr(adapter, "supports_grad", True):
+    if adapter.array_api != "torch" or not adapter.supports_grad:
         outcome.status = "unsupported"
         return outcome
     rounded = cases.rounded_args(case, dtype)
     targs = cases.torch_args(rounded, dtype, tuple(record.stop_grad_args) + tuple(record.grad_args))
     try:
-        outputs = [o for o in _as_tuple(fn(*targs.values(), **kwargs)) if isinstance(o, torch.Tensor)]
+        outputs = [o for o in as_tuple(fn(*targs.values(), **kwargs)) if isinstance(o, torch.Tensor)]
     except NotImplementedError as exc:
         return _not_implemented(outcome, exc)
     except Exception as exc:

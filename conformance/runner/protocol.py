@@ -1,0 +1,125 @@
+"""The adapter boundary: what an adapter is (`Adapter`), and the one object through which the runner
+reads it (`LoadedAdapter`).
+
+An adapter is any object (an instance, a module, a `types.SimpleNamespace`) with `name`, `version`,
+`spec_version` and `array_api`, plus any subset of the spec functions and the optional attributes of
+api.md "Adapter protocol (v2)". `LoadedAdapter` reads every optional attribute once, with its documented
+default (`OPTIONAL`), and gives the spec functions by name: nothing else in rlspec reads an attribute of an
+adapter. An attribute set to None counts as absent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+# The input dtypes checked when an adapter declares no `dtypes`, by `array_api`.
+DEFAULT_DTYPES: dict[str, tuple[str, ...]] = {
+    "torch": ("float64", "float32", "bfloat16"),
+    "numpy": ("float64", "float32"),
+}
+REQUIRED = ("name", "version", "spec_version", "array_api")
+
+# The optional attributes the runner reads, with their defaults and effects (api.md lists the same table,
+# with the function attributes `<function>` and `<function>_grad`).
+OPTIONAL: dict[str, str] = {
+    "dtypes": "the input dtypes checked (default by array_api: DEFAULT_DTYPES)",
+    "supports_grad": "False: values only, no gradient comparison and no invariant:detached (default True)",
+    "accepts_variants": "True: every spec keyword is accepted, so each preset's keywords are checked too (default False)",
+    "unsupported_kwargs": "function -> {keyword: values} the adapter does not offer (default {})",
+    "precision_notes": "function -> a reason printed with that function's precision findings (default {})",
+    "micro_batched_loss": "the agg.partition rows' contract (default absent)",
+    "micro_batched_loss_grad": "NumPy adapters: the gradient of micro_batched_loss (default absent)",
+    "extra_rows": "(seed) -> list[RowResult]: the framework's own rows (default absent)",
+}
+
+
+class AdapterError(Exception):
+    """The object is not an adapter (the message names what it lacks)."""
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """The required part of an adapter (every other attribute is optional: `OPTIONAL`)."""
+
+    name: str
+    version: str
+    spec_version: str
+    array_api: str
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedAdapter:
+    """An adapter with every optional attribute read once (its default where absent or None).
+
+    `raw` is the user's object; `function(name)` / `grad_function(name)` give its spec functions (None
+    when absent). Two LoadedAdapters of the same object are distinct objects; compare `raw`."""
+
+    raw: Any
+    name: str
+    version: str
+    spec_version: str
+    array_api: str
+    dtypes: tuple[str, ...]
+    supports_grad: bool = True
+    accepts_variants: bool = False
+    unsupported_kwargs: Mapping[str, Mapping[str, tuple[Any, ...]]] = field(default_factory=dict)
+    precision_notes: Mapping[str, str] = field(default_factory=dict)
+    micro_batched_loss: Callable[..., Any] | None = None
+    micro_batched_loss_grad: Callable[..., Any] | None = None
+    extra_rows: Callable[[int], list[Any]] | None = None
+
+    @classmethod
+    def of(cls, adapter: Any) -> LoadedAdapter:
+        """`adapter` read through the protocol (an already loaded adapter is returned as it is). Raises
+        AdapterError naming a missing required attribute or a bad `array_api`."""
+        if isinstance(adapter, LoadedAdapter):
+            return adapter
+        missing = [a for a in REQUIRED if getattr(adapter, a, None) is None]
+        if missing:
+            raise AdapterError(f"adapter {adapter!r} lacks the required attribute {missing[0]!r}")
+        api = adapter.array_api
+        if api not in DEFAULT_DTYPES:
+            raise AdapterError(f"adapter {adapter.name!r}: array_api must be 'torch' or 'numpy', got {api!r}")
+
+        def optional(attribute: str, default: Any) -> Any:
+            value = getattr(adapter, attribute, None)
+            return default if value is None else value
+
+        return cls(
+            raw=adapter,
+            name=str(adapter.name),
+            version=str(adapter.version),
+            spec_version=str(adapter.spec_version),
+            array_api=api,
+            dtypes=tuple(optional("dtypes", DEFAULT_DTYPES[api])),
+            supports_grad=bool(optional("supports_grad", True)),
+            accepts_variants=bool(optional("accepts_variants", False)),
+            unsupported_kwargs=dict(optional("unsupported_kwargs", {})),
+            precision_notes=dict(optional("precision_notes", {})),
+            micro_batched_loss=optional("micro_batched_loss", None),
+            micro_batched_loss_grad=optional("micro_batched_loss_grad", None),
+            extra_rows=optional("extra_rows", None),
+        )
+
+    @property
+    def is_torch(self) -> bool:
+        return self.array_api == "torch"
+
+    def function(self, name: str) -> Callable[..., Any] | None:
+        """The adapter's spec function `name`, or None when it has none."""
+        fn = getattr(self.raw, name, None)
+        return fn if callable(fn) else None
+
+    def grad_function(self, name: str) -> Callable[..., Any] | None:
+        """A NumPy adapter's `<name>_grad`, or None."""
+        return self.function(f"{name}_grad")
+
+    def unsupported(self, function: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The keyword values of `kwargs` that the adapter declares it does not offer for `function`."""
+        declared = self.unsupported_kwargs.get(function, {})
+        return {k: v for k, v in kwargs.items() if k in declared and v in tuple(declared[k])}
+
+
+__all__ = ["DEFAULT_DTYPES", "REQUIRED", "OPTIONAL", "AdapterError", "Adapter", "LoadedAdapter"]
