@@ -6,14 +6,14 @@ A framework's folder holds everything about it:
   in ``adapter.py`` that ``rlspec check --adapter <name>`` loads;
 - ``adapter.py``: the core-API functions in spec conventions, calling the framework's own installed code;
 - ``checks.py`` (optional): its extra rows (the framework's own settings, losses and trainer paths as
-  compositions of spec quantities), returned by the adapter's ``extra_rows``;
+  compositions of spec quantities, declared for the runner's engine), returned by the adapter's ``extra_rows``;
 - ``ops.py``, ``requirements.txt`` and ``nodeps.txt`` for a framework that runs in an environment of its
   own: the operations its worker runs there, and the install recipe of ``rlspec frameworks install``;
 - ``README.md``: what is called, what is stubbed, what was found.
 
 Beside them, the machinery they share: ``subprocess_worker.py`` / ``subprocess_adapter.py`` (the
 isolated environments and the JSON-lines worker), ``shared_ops.py`` (what several ``ops.py`` share, loaded
-by the worker), ``spec_io.py`` (spec-side argument checks and conversions) and ``checks.py`` (fixed-keyword
-and composition rows). Adding a framework is adding one folder: the runner finds the homes by discovery
+by the worker), ``spec_io.py`` (spec-side argument checks and conversions) and ``loss_batch.py`` (the seeded loss
+batch the loss rows share). The rows themselves are judged by the runner's engine (``conformance.runner.composite``). Adding a framework is adding one folder: the runner finds the homes by discovery
 (`conformance.runner.discovery`).
 """

@@ -81,14 +81,20 @@ def seeds_for(function: str, base_seed: int, n: int) -> list[int]:
     return [(start + 104729 * i) % 2**32 for i in range(n)]
 
 
-def error_row(row_id: str, spec_id: str, function: str, adapter: str, message: str, seeds: list[int] | None = None) -> RowResult:
-    """The row of a check that could not complete (a timeout, a crash, an adapter that cannot be loaded)."""
-    return RowResult(id=row_id, spec_id=spec_id, function=function, adapter=adapter, status="error",
+def _name(adapter: Any) -> str:
+    return adapter if isinstance(adapter, str) else adapter.name
+
+
+def error_row(row_id: str, spec_id: str, function: str, adapter: Any, message: str, seeds: list[int] | None = None) -> RowResult:
+    """The row of a check that could not complete (a timeout, a crash, an adapter that cannot be loaded);
+    `adapter` is the adapter or its name."""
+    return RowResult(id=row_id, spec_id=spec_id, function=function, adapter=_name(adapter), status="error",
                      seeds=list(seeds or []), message=message)
 
 
-def not_implemented_row(row_id: str, spec_id: str, function: str, adapter: str, message: str) -> RowResult:
-    return RowResult(id=row_id, spec_id=spec_id, function=function, adapter=adapter, status="not_implemented",
+def not_implemented_row(row_id: str, spec_id: str, function: str, adapter: Any, message: str) -> RowResult:
+    """A row the adapter (or its name) does not offer, saying why."""
+    return RowResult(id=row_id, spec_id=spec_id, function=function, adapter=_name(adapter), status="not_implemented",
                      message=message)
 
 

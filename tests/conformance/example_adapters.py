@@ -155,7 +155,7 @@ def nonzero_at_masked() -> types.SimpleNamespace:
 def with_framework_row() -> types.SimpleNamespace:
     """GRPO advantages (correct) and one framework-specific row (``extra_rows``) whose loss is the sum
     where the canonical composition is the token mean: a FAIL that only ``rlspec repro --row`` re-runs."""
-    from conformance.frameworks.checks import Candidate, composition_row, loss_tolerances
+    from conformance.runner.composite import Candidate, composition_row, loss_tolerances
 
     def extra_rows(seed: int) -> list:
         rng = np.random.default_rng(seed)

@@ -492,7 +492,7 @@ def test_finding_seq_mean_token_mean_guard(adapter):
 def test_finding_gspo_aggregation_default(adapter):
     """verl 0.9.1 aggregates GSPO with the actor's loss_agg_mode (token-mean by default), verl main
     hard-codes seq-mean-token-mean (peer-conventions §7): on ragged rows the two differ."""
-    from conformance.frameworks import checks
+    from conformance.frameworks import loss_batch as checks
 
     b = checks.round_batch(checks.loss_batch(0), "float32")
     arrays = {"old_log_prob": b["old_logp"].astype(np.float32), "log_prob": b["logp"].astype(np.float32),

@@ -8,7 +8,7 @@ Entry point: ``extra_rows(adapter, seed) -> list[RowResult]`` (``adapter`` is a
 ``conformance.frameworks.areal.adapter.ArealAdapter``). Row ids look like
 ``areal.ppo_actor_loss_fn[token,c_clip=3.0]`` or ``areal.compute_advantages[grpo]``.
 
-How a loss row is checked: the seeded float32 loss batch of ``conformance/frameworks/checks.py`` (ragged
+How a loss row is checked: the seeded float32 loss batch of ``conformance/frameworks/loss_batch.py`` (ragged
 rows, a masked tool token, an empty completion, finite garbage at every masked position) goes to AReaL
 unchanged (``loss_mask`` = the mask); AReaL returns the scalar and, by autograd, its gradient w.r.t.
 ``logprobs``. The oracle (float64 on the same float32-rounded inputs) composes the spec pieces, e.g.
@@ -36,21 +36,10 @@ from typing import Any
 import numpy as np
 
 import oracle
-from conformance.frameworks.checks import (
-    Candidate,
-    FunctionView,
-    Piece,
-    compose,
-    composition_row,
-    fixed_row,
-    fmt,
-    loss_batch,
-    loss_tolerances,
-    not_implemented_row,
-    policy_piece,
-    round_batch,
-    value_loss_candidates,
-)
+from conformance.runner.composite import Candidate, FunctionView, composition_row, fixed_row, loss_tolerances
+from conformance.records.pieces import Piece, compose, fmt, policy_piece
+from conformance.frameworks.loss_batch import loss_batch, round_batch, value_loss_candidates
+from conformance.runner.rows import not_implemented_row
 from conformance.runner.rows import RowResult
 from conformance.tolerances import tolerance
 

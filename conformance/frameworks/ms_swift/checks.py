@@ -12,7 +12,7 @@ Entry point: ``extra_rows(adapter, seed) -> list[RowResult]`` (``adapter`` is a
 ``conformance.frameworks.ms_swift.adapter.MsSwiftAdapter``). Row ids look like ``ms_swift.loss[grpo]``,
 ``ms_swift.loss[dapo,rollout_importance_sampling_mode=token_mask,beta=0.04]``, ``ms_swift.advantages[rloo,scale_rewards=group]``.
 
-How a loss row is checked: the seeded float32 batch of ``conformance/frameworks/checks.py`` (``loss_batch``:
+How a loss row is checked: the seeded float32 batch of ``conformance/frameworks/loss_batch.py`` (``loss_batch``:
 ragged rows, a masked tool token, an empty completion, finite garbage at every masked position,
 log-ratios inside and far outside every clip range) goes to the loss method unchanged (``completion_mask`` =
 the spec mask); ms-swift returns the loss and, by autograd, its gradient w.r.t. ``per_token_logps``. The
@@ -40,21 +40,10 @@ import numpy as np
 
 import oracle
 from conformance.records import cases
-from conformance.frameworks.checks import (
-    Candidate,
-    Piece,
-    broadcast_advantages,
-    compose,
-    composition_row,
-    fmt,
-    loss_batch,
-    loss_tolerances,
-    not_implemented_row,
-    policy_piece,
-    round_batch,
-    scaled,
-    value_and_grad_tolerances,
-)
+from conformance.runner.composite import Candidate, composition_row, loss_tolerances, value_and_grad_tolerances
+from conformance.records.pieces import Piece, broadcast_advantages, compose, fmt, policy_piece, scaled
+from conformance.frameworks.loss_batch import loss_batch, round_batch
+from conformance.runner.rows import not_implemented_row
 from conformance.runner.rows import RowResult
 
 DTYPE = "float32"

@@ -31,28 +31,10 @@ from typing import Any
 import numpy as np
 
 import oracle
-from conformance.frameworks.checks import (
-    B,
-    Candidate,
-    FunctionView,
-    Piece,
-    aggregate_eval,
-    broadcast_advantages,
-    compose,
-    composition_row,
-    fixed_row,
-    fmt,
-    loss_batch,
-    loss_call,
-    loss_tolerances,
-    mean_over_ranks,
-    not_implemented_row,
-    policy_piece,
-    round_batch,
-    upstream_for,
-    value_and_grad_tolerances,
-    value_loss_candidates,
-)
+from conformance.frameworks.loss_batch import B, loss_batch, loss_call, mean_over_ranks, round_batch, upstream_for, value_loss_candidates
+from conformance.runner.composite import Candidate, FunctionView, composition_row, fixed_row, loss_tolerances, value_and_grad_tolerances
+from conformance.records.pieces import Piece, aggregate_eval, broadcast_advantages, compose, fmt, policy_piece
+from conformance.runner.rows import not_implemented_row
 from conformance.runner.rows import RowResult
 from conformance.tolerances import tolerance
 

@@ -17,7 +17,7 @@ KL-Cov read the advantages' covariance, so their rows show what the scaling does
 A row that matches no candidate is a FAIL; a "diagnosis" then names the composition SkyRL's numbers do
 equal (checked at the row's tolerance), as the message's last line.
 
-Batches: ``conformance.frameworks.checks.loss_batch`` (float32: ragged rows, left padding, a masked tool
+Batches: ``conformance.frameworks.loss_batch.loss_batch`` (float32: ragged rows, left padding, a masked tool
 token, an empty row, finite garbage at every masked position), redrawn until every decision the row
 depends on is off its bound (the registry's ``well_conditioned``).
 
@@ -31,6 +31,7 @@ Sources (skyrl 0.3.0): ``S`` = ``skyrl/backends/skyrl_train/utils/ppo_utils.py``
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -38,22 +39,10 @@ from typing import Any
 import numpy as np
 
 import oracle
-from conformance.frameworks.checks import (
-    NP,
-    Candidate,
-    Comparison,
-    Piece,
-    broadcast_advantages,
-    composition_row,
-    fmt,
-    loss_batch,
-    loss_tolerances,
-    not_implemented_row,
-    policy_piece,
-    round_batch,
-    scaled,
-    value_loss_candidates,
-)
+from conformance.frameworks.loss_batch import NP, loss_batch, round_batch, value_loss_candidates
+from conformance.runner.composite import Candidate, composition_row, loss_tolerances
+from conformance.records.pieces import Piece, broadcast_advantages, fmt, policy_piece, scaled
+from conformance.runner.rows import not_implemented_row
 from conformance.records import BY_FUNCTION
 from conformance.runner.rows import RowResult
 from conformance.tolerances import Tol, tolerance
@@ -206,22 +195,11 @@ def _piece(function: str, b: dict[str, np.ndarray], *, advantages: np.ndarray | 
     return policy_piece(function, b["logp"], b, **kw)
 
 
-def _diagnose(row: RowResult, got: Callable[[], dict[str, Any]], diagnoses: list[tuple[str, Callable[[], dict[str, Any]]]],
-              tol: dict[str, Tol]) -> RowResult:
-    """On a FAIL, append the first diagnosis SkyRL's numbers equal (value and gradient at ``tol``)."""
-    if row.status != "fail" or not diagnoses:
-        return row
-    actual = got()
-    for label, evaluate in diagnoses:
-        c = Comparison()
-        for key, value in evaluate().items():
-            c.add(key, actual[key], value, tol.get(key.split("[")[0], tol["value"]))
-        if c.ok:
-            row.message += f"\nSkyRL computes {label} (every compared output matches)"
-            break
-    else:
-        row.message += "\nnone of the diagnoses matched either: " + "; ".join(label for label, _ in diagnoses)
-    return row
+def _diagnosed(candidates: list[Candidate], label: str, evaluate: Callable[[], dict[str, Any]]) -> list[Candidate]:
+    """The candidates with what SkyRL may compute instead as the canonical one's contrast (a FAIL names it
+    when SkyRL's numbers equal it)."""
+    reading = Candidate("what SkyRL computes", label, evaluate)
+    return [dataclasses.replace(candidates[0], contrasts=[*candidates[0].contrasts, reading]), *candidates[1:]]
 
 
 def policy_batch(seed: int, function: str, keywords: list[dict[str, Any]], reduction: str, per_token_advantages: bool = False,
@@ -282,8 +260,6 @@ def policy_row(adapter: Any, seed: int, name: str, reduction: str, function: str
     parts = [name, reduction] + [f"{k}={v}" for k, v in _flat(config).items()] + (["rollout_logprobs"] if rollout else []) \
         + (["A=[B,T]"] if per_token_advantages else [])
     tol = loss_tolerances(DTYPE, spec_id)
-    row = composition_row(f"skyrl.policy_loss[{','.join(parts)}]", f"{spec_id}+agg", f"skyrl.{name}", adapter, got, cands, tol,
-                          seed=seed)
     if function in ("clip_cov", "kl_cov_token_loss"):
         As = scaled_advantages(broadcast_advantages(b), m, reduction)
         kw = preset if function == "kl_cov_token_loss" else asked
@@ -295,7 +271,9 @@ def policy_row(adapter: Any, seed: int, name: str, reduction: str, function: str
 
         label = (f"aggregate({function}(A_s, {fmt(kw)}), mode='token_sum') with A_s the advantages the trainer scaled for "
                  f"{reduction} (TR:1456-1478): the selection (and KL-Cov's |d| term, unscaled) read the scaled advantages")
-        row = _diagnose(row, got, [(label, on_scaled)], tol)
+        cands = _diagnosed(cands, label, on_scaled)
+    row = composition_row(f"skyrl.policy_loss[{','.join(parts)}]", f"{spec_id}+agg", f"skyrl.{name}", adapter, got, cands, tol,
+                          seed=seed)
     return row
 
 
@@ -582,10 +560,10 @@ def gae_row(adapter: Any, seed: int, gamma: float, lam: float, garbage: bool) ->
     cands = [Candidate("canonical", f"(whiten(gae(gamma={gamma:g}, lam={lam:g}).advantages, mask), gae(...).returns)",
                        lambda: expected(m))]
     rid = f"skyrl.compute_gae_advantage_return[gamma={gamma:g},lambd={lam:g},{'garbage' if garbage else 'zeros'} at masked positions]"
-    row = composition_row(rid, "adv.gae+adv.whiten", "skyrl.compute_gae_advantage_return", adapter, got, cands, tol, seed=seed)
     label = ("the recursion over every position, masked ones included with their rewards and values: (whiten(gae(r, v, "
              "every position after the first).advantages, mask), its returns) (S:1274-1278)")
-    return _diagnose(row, got, [(label, lambda: expected(every))], tol)
+    return composition_row(rid, "adv.gae+adv.whiten", "skyrl.compute_gae_advantage_return", adapter, got,
+                           _diagnosed(cands, label, lambda: expected(every)), tol, seed=seed)
 
 
 def reinforce_pp_row(adapter: Any, seed: int, gamma: float) -> RowResult:
@@ -641,11 +619,11 @@ def batch_normalize_row(adapter: Any, seed: int) -> RowResult:
     cands = [Candidate("canonical", "whiten(A, mask) / N", whitened()),
              Candidate("std_ddof=0", "whiten(A, mask, std_ddof=0) / N", whitened(std_ddof=0), kwargs={"std_ddof": 0})]
     tol = {"value": tolerance("adv.whiten", DTYPE, "value")}
-    row = composition_row("skyrl.normalize_advantages[advantage_batch_normalize,token_mean]", "adv.whiten+agg",
-                          "skyrl.RayPPOTrainer._normalize_advantages", adapter, got, cands, tol, seed=seed)
     label = ("(A - mean(A over all B*T positions, the masked zeros included)) / sqrt(sum over valid positions of (A - that "
              "mean)^2 / N) / N (TR:1450-1454: advantages.mean() is unmasked)")
-    return _diagnose(row, got, [(label, all_positions)], tol)
+    return composition_row("skyrl.normalize_advantages[advantage_batch_normalize,token_mean]", "adv.whiten+agg",
+                           "skyrl.RayPPOTrainer._normalize_advantages", adapter, got, _diagnosed(cands, label, all_positions),
+                           tol, seed=seed)
 
 
 def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:

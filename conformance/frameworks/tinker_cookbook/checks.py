@@ -48,12 +48,9 @@ import numpy as np
 
 import oracle
 from conformance.records import cases
-from conformance.frameworks.checks import (
-    Candidate,
-    composition_row,
-    fmt,
-    not_implemented_row,
-)
+from conformance.runner.composite import Candidate, composition_row
+from conformance.records.pieces import fmt
+from conformance.runner.rows import not_implemented_row
 from conformance.runner.rows import RowResult
 from conformance.tolerances import Tol, tolerance
 

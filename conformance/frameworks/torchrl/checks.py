@@ -33,13 +33,8 @@ from typing import Any
 import numpy as np
 
 import oracle
-from conformance.frameworks.checks import (
-    Candidate,
-    FunctionView,
-    composition_row,
-    fixed_row,
-    fmt,
-)
+from conformance.runner.composite import Candidate, FunctionView, composition_row, fixed_row
+from conformance.records.pieces import fmt
 from conformance.runner.rows import RowResult
 from conformance.tolerances import Tol, tolerance
 

@@ -7,7 +7,7 @@ Entry point: ``extra_rows(adapter, seed) -> list[RowResult]`` (``adapter`` is a
 ``conformance.frameworks.torchtune.adapter.TorchtuneAdapter``). Row ids look like
 ``torchtune.PPOLoss[epsilon=0.1,value_clip_range=0.2,value_coeff=0.1]``, ``torchtune.recipe.ppo_step``.
 
-How a loss row is checked: the seeded float32 batch of ``conformance/frameworks/checks.py``
+How a loss row is checked: the seeded float32 batch of ``conformance/frameworks/loss_batch.py``
 (``loss_batch``: ragged rows, a masked tool token, an empty completion, finite garbage at every masked
 position) goes to torchtune unchanged, with ``mask`` as the bool ``padding_masks`` and
 ``value_padding_masks``; torchtune returns the scalar loss and, by autograd, its gradients w.r.t.
@@ -39,19 +39,9 @@ from typing import Any
 import numpy as np
 
 import oracle
-from conformance.frameworks.checks import (
-    Candidate,
-    aggregate_eval,
-    broadcast_advantages,
-    compose,
-    composition_row,
-    fmt,
-    loss_batch,
-    loss_tolerances,
-    policy_piece,
-    round_batch,
-    value_piece,
-)
+from conformance.runner.composite import Candidate, composition_row, loss_tolerances
+from conformance.records.pieces import aggregate_eval, broadcast_advantages, compose, fmt, policy_piece, value_piece
+from conformance.frameworks.loss_batch import loss_batch, round_batch
 from conformance.runner.rows import RowResult
 from conformance.tolerances import tolerance
 

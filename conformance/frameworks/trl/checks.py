@@ -92,11 +92,12 @@ import numpy as np
 import torch
 
 import oracle
-from conformance.frameworks.checks import Comparison, Piece, scaled
 from conformance.frameworks.trl.adapter import is_mode_to_spec
-from conformance.runner.rows import RowResult, match_status, seeds_for
+from conformance.records import cases, inputs, make_case
+from conformance.records.pieces import Piece, scaled
+from conformance.runner.composite import Candidate, compare_candidate, composition_row
+from conformance.runner.rows import RowResult, error_row, not_implemented_row, seeds_for
 from conformance.tolerances import Tol, tolerance
-from conformance.records import inputs, make_case
 
 # ---------------------------------------------------------------------------------------------
 # The batch
@@ -643,17 +644,42 @@ LOGP_GRAD_TOL = tolerance("loss.ppo", "float32", "grad")
 HEAD_GRAD_TOL = tolerance("logprob.fused", "float32", "grad")
 
 
-def compare_run(run: dict[str, Any], comp: Composition) -> tuple[Comparison, Evaluated]:
+# the tolerance of each compared output, by key
+TOLERANCES = {"value": VALUE_TOL, "grad[logp]": LOGP_GRAD_TOL, "grad[entropy]": LOGP_GRAD_TOL,
+              "grad[hidden]": HEAD_GRAD_TOL, "grad[weight]": HEAD_GRAD_TOL}
+
+
+def observed(run: dict[str, Any]) -> dict[str, Any]:
+    """What TRL returned for a run, keyed like the candidates' expectations."""
+    return {"value": run["loss"], "grad[logp]": run["grad_logp"], "grad[entropy]": run["grad_entropy"],
+            "grad[hidden]": run["grad_hidden"], "grad[weight]": run["grad_weight"]}
+
+
+def expected(run: dict[str, Any], comp: Composition) -> dict[str, Any]:
+    """The composition's value (when it is a spec quantity) and gradients, keyed as `observed`."""
     ev = evaluate(run, comp)
-    c = Comparison()
-    if comp.value_checked:
-        c.add("value", run["loss"], ev.loss, VALUE_TOL)
-    c.add("grad[logp]", run["grad_logp"], ev.grad_logp, LOGP_GRAD_TOL)
+    out: dict[str, Any] = {"value": ev.loss} if comp.value_checked else {}
+    out["grad[logp]"] = ev.grad_logp
     if run["entropy_coef"]:
-        c.add("grad[entropy]", run["grad_entropy"], ev.grad_entropy, LOGP_GRAD_TOL)
-    c.add("grad[hidden]", run["grad_hidden"], ev.grad_hidden, HEAD_GRAD_TOL)
-    c.add("grad[weight]", run["grad_weight"], ev.grad_weight, HEAD_GRAD_TOL)
-    return c, ev
+        out["grad[entropy]"] = ev.grad_entropy
+    out.update({"grad[hidden]": ev.grad_hidden, "grad[weight]": ev.grad_weight})
+    return out
+
+
+def candidate(run: dict[str, Any], comp: Composition, comps: list[Composition] = ()) -> Candidate:
+    """A composition as a candidate of the engine, with the contrasts of `comps` that belong to it (same
+    label prefix: the matched composition's own contrasts)."""
+    prefix = "" if comp.label == "canonical" else f"{comp.label}, "
+    contrasts = [candidate(run, c) for c in comps
+                 if c.contrast and c.label.startswith(prefix) and c.label.count(",") == prefix.count(",")]
+    why = NOT_EXPRESSIBLE.get(run["loss_type"], f"the value of loss_type {run['loss_type']!r} is not a spec quantity")
+    return Candidate(comp.label, comp.formula, lambda: expected(run, comp), preset=comp.preset, kwargs=comp.kwargs,
+                     spec_id=comp.spec_id, not_compared="" if comp.value_checked else why, contrasts=contrasts)
+
+
+def compare_run(run: dict[str, Any], comp: Composition):
+    """TRL's run against one composition (the engine's comparison: `.ok`, `.checks`, `.mismatches`)."""
+    return compare_candidate(observed(run), candidate(run, comp), TOLERANCES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -787,78 +813,26 @@ def run_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> dict[str, Any]:
     return {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in run.items()}
 
 
-def contrasts(run: dict[str, Any], comps: list[Composition], matched: Composition) -> dict[str, Comparison]:
+def contrasts(run: dict[str, Any], comps: list[Composition], matched: Composition) -> dict[str, Any]:
     """The contrasts of the matched composition (same label prefix), each compared with TRL's run."""
-    prefix = "" if matched.label == "canonical" else f"{matched.label}, "
-    return {c.label: compare_run(run, c)[0] for c in comps
-            if c.contrast and c.label.startswith(prefix) and c.label.count(",") == prefix.count(",")}
-
-
-def contrast_summary(run: dict[str, Any], comps: list[Composition], matched: Composition) -> str:
-    """One line per contrast: told apart (which comparisons differ, by how much) or not (this batch has
-    no token the contrast changes)."""
-    lines = []
-    for label, result in contrasts(run, comps, matched).items():
-        if result.ok:
-            lines.append(f"not told apart from '{label}' on this batch")
-        else:
-            failed = ", ".join(k for k, v in result.checks.items() if v == "fail")
-            lines.append(f"not '{label}': {failed} differ (max |diff| {result.max_abs:.3g})")
-    return "\n".join(lines)
+    return {c.label: compare_candidate(observed(run), c, TOLERANCES) for c in candidate(run, matched, comps).contrasts}
 
 
 def check_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> RowResult:
-    t0 = time.perf_counter()
-    row = RowResult(id=cfg.row_id, spec_id="loss.*+agg", function="trl.grpo_loss", adapter=adapter.name,
-                    status="pass", seeds=[seed], n_cases=1)
+    """One GRPO loss configuration: TRL's run against every composition of it (canonical, presets, variants,
+    then the contrasts), by the runner's engine."""
     try:
         run = run_loss_config(adapter, cfg, seed)
         comps = compositions(run, on_policy=cfg.on_policy)
-        if not comps:
-            row.status = "not_implemented"
-            row.message = NOT_EXPRESSIBLE.get(cfg.loss_type, f"no spec v1 composition for loss_type {cfg.loss_type!r}")
-            if not cfg.on_policy and cfg.loss_type in NOT_EXPRESSIBLE:
-                row.message += " (off-policy; see the on_policy row for what is checked)"
-            return row
-        row.spec_id = comps[0].spec_id
-        first: tuple[Composition, Comparison] | None = None
-        for comp in comps:
-            result, _ = compare_run(run, comp)
-            if first is None:
-                first = (comp, result)
-            if result.ok:
-                row.max_abs_err, row.max_rel_err, row.checks = result.max_abs, result.max_rel, result.checks
-                told_apart = contrast_summary(run, comps, comp)
-                if comp.label == "canonical":
-                    row.status = "pass"
-                    row.message = f"= {comp.formula}"
-                else:
-                    row.status = match_status(comp.preset)
-                    row.matched_preset = comp.preset
-                    row.matched_kwargs = comp.kwargs
-                    row.spec_id = comp.spec_id  # the quantities of the matched composition (kl.loss for TRL's KL)
-                    row.message = f"matches {'preset ' + comp.preset if comp.preset else 'variant'} ({comp.label}), not canonical: {comp.formula}"
-                if not comp.value_checked:
-                    row.status = "not_implemented"
-                    why = NOT_EXPRESSIBLE.get(cfg.loss_type, f"the value of loss_type {cfg.loss_type!r} is not a spec quantity")
-                    row.message = f"{why}; value not compared. Gradient matches {comp.formula}"
-                if told_apart:
-                    row.message += "\n" + told_apart
-                return row
-        comp, result = first
-        row.status = "fail"
-        row.max_abs_err, row.max_rel_err, row.checks = result.max_abs, result.max_rel, result.checks
-        row.message = "\n".join(
-            [f"canonical {comp.formula}:"] + [m.describe() for m in result.mismatches]
-            + [f"no variant matched either ({', '.join(c.label for c in comps[1:]) or 'none tried'})"]
-        )
-        return row
     except Exception as exc:  # an adapter failure is a row, not a crash
-        row.status = "error"
-        row.message = f"{type(exc).__name__}: {exc}"
-        return row
-    finally:
-        row.seconds = time.perf_counter() - t0
+        return error_row(cfg.row_id, "loss.*+agg", "trl.grpo_loss", adapter.name, f"{type(exc).__name__}: {exc}", [seed])
+    if not comps:
+        message = NOT_EXPRESSIBLE.get(cfg.loss_type, f"no spec v1 composition for loss_type {cfg.loss_type!r}")
+        if not cfg.on_policy and cfg.loss_type in NOT_EXPRESSIBLE:
+            message += " (off-policy; see the on_policy row for what is checked)"
+        return not_implemented_row(cfg.row_id, "loss.*+agg", "trl.grpo_loss", adapter.name, message)
+    return composition_row(cfg.row_id, comps[0].spec_id, "trl.grpo_loss", adapter, lambda: observed(run),
+                           [candidate(run, c, comps) for c in comps], TOLERANCES, seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -896,11 +870,10 @@ RLOO_SEQUENCE_LOG_RATIOS = (-0.9, 0.1, 0.5, -0.05, 1.0)  # ratios 0.41, 1.11, 1.
 
 
 def check_rloo_loss(adapter: Any, seed: int) -> RowResult:
-    t0 = time.perf_counter()
-    row = RowResult(id="trl.rloo_loss[beta=0]", spec_id="loss.ppo+agg+logprob.fused", function="trl.rloo_loss",
-                    adapter=adapter.name, status="pass", seeds=[seed], n_cases=1)
-    try:
-        config = {"beta": 0.0, "max_completion_length": MAX_COMPLETION_LENGTH}
+    config = {"beta": 0.0, "max_completion_length": MAX_COMPLETION_LENGTH}
+    box: dict[str, Any] = {}
+
+    def got() -> dict[str, Any]:
         batch = make_batch(seed)
         batch.pop("tool_mask")  # RLOOTrainer has no tool mask
         logp = adapter.rloo_current_logps(batch, **config)
@@ -908,23 +881,18 @@ def check_rloo_loss(adapter: Any, seed: int) -> RowResult:
         d = torch.tensor(np.random.default_rng(seed + 2).permutation(RLOO_SEQUENCE_LOG_RATIOS), dtype=torch.float64)
         batch["old_logps"] = (seq - d).to(torch.float32)
         run = {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in adapter.rloo_loss(batch, **config).items()}
-        ev, formula = rloo_composition(run)
-        c = Comparison()
-        c.add("value", run["loss"], ev.loss, VALUE_TOL)
-        c.add("grad[logp]", run["grad_logp"], ev.grad_logp, LOGP_GRAD_TOL)
-        c.add("grad[hidden]", run["grad_hidden"], ev.grad_hidden, HEAD_GRAD_TOL)
-        c.add("grad[weight]", run["grad_weight"], ev.grad_weight, HEAD_GRAD_TOL)
-        row.max_abs_err, row.max_rel_err, row.checks = c.max_abs, c.max_rel, c.checks
-        if c.ok:
-            row.message = f"= {formula}"
-        else:
-            row.status = "fail"
-            row.message = "\n".join([f"{formula}:"] + [m.describe() for m in c.mismatches])
-    except Exception as exc:
-        row.status = "error"
-        row.message = f"{type(exc).__name__}: {exc}"
-    row.seconds = time.perf_counter() - t0
-    return row
+        box["run"] = run
+        return {"value": run["loss"], "grad[logp]": run["grad_logp"], "grad[hidden]": run["grad_hidden"],
+                "grad[weight]": run["grad_weight"]}
+
+    def canonical() -> dict[str, Any]:
+        ev, _ = rloo_composition(box["run"])
+        return {"value": ev.loss, "grad[logp]": ev.grad_logp, "grad[hidden]": ev.grad_hidden, "grad[weight]": ev.grad_weight}
+
+    formula = ("aggregate(ppo_token_loss(S, old_S, eps_low, eps_high), mode='token_mean') over one action per "
+               "sequence, S_b = sum_t mask*logp")
+    return composition_row("trl.rloo_loss[beta=0]", "loss.ppo+agg+logprob.fused", "trl.rloo_loss", adapter, got,
+                           [Candidate("canonical", formula, canonical)], TOLERANCES, seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -940,89 +908,93 @@ def soft_overlong_row(adapter: Any) -> RowResult:
     """``trl.rewards.get_soft_overlong_punishment`` on every completion length from 0 to
     ``max_completion_len + 3``: each boundary of DAPO eq. 13 (0 at and below L_max - L_cache, exactly -1 at
     L_max, -1 beyond) against ``overlong_penalty`` canonical (floor) with factor 1; the row's message says
-    whether the no-floor line (verl's ``beyond="linear"``) would also match."""
-    t0 = time.perf_counter()
-    row = RowResult(id="trl.get_soft_overlong_punishment", spec_id="reward.overlong", function="trl.get_soft_overlong_punishment",
-                    adapter=adapter.name, status="pass")
-    c, linear = Comparison(), Comparison()
-    tol = tolerance("reward.overlong", "float64")
-    for max_len, cache in SOFT_OVERLONG_CONFIGS:
-        lengths = np.arange(0, max_len + 4)
-        got = adapter.soft_overlong_punishment([[0] * int(n) for n in lengths], max_len, cache)
-        c.add(f"value[{max_len},{cache}]", got, oracle.overlong_penalty(lengths, max_length=max_len, buffer=cache), tol)
-        if cache:
-            linear.add(f"linear[{max_len},{cache}]", got,
-                       oracle.overlong_penalty(lengths, max_length=max_len, buffer=cache, beyond="linear"), tol)
-    row.n_cases = len(SOFT_OVERLONG_CONFIGS)
-    row.max_abs_err, row.max_rel_err = c.max_abs, c.max_rel
-    row.checks = {"value": "pass" if c.ok else "fail"}
-    if not c.ok:
-        row.status = "fail"
-        row.message = "\n".join(m.describe() for m in c.mismatches)
-    else:
-        row.message = ("= overlong_penalty(max_length, buffer, factor=1.0) at every length 0 .. L_max + 3 "
-                       f"(the floor -1 beyond L_max; beyond='linear' {'also matches' if linear.ok else 'does not'})")
-    row.seconds = time.perf_counter() - t0
-    return row
+    whether the no-floor line (verl's ``beyond="linear"``) is told apart."""
+    def lengths(max_len: int) -> np.ndarray:
+        return np.arange(0, max_len + 4)
+
+    def got() -> dict[str, Any]:
+        return {f"value[{max_len},{cache}]": adapter.soft_overlong_punishment([[0] * int(n) for n in lengths(max_len)],
+                                                                             max_len, cache)
+                for max_len, cache in SOFT_OVERLONG_CONFIGS}
+
+    def penalty(**kw: Any) -> Callable[[], dict[str, Any]]:
+        return lambda: {f"value[{max_len},{cache}]": oracle.overlong_penalty(lengths(max_len), max_length=max_len,
+                                                                             buffer=cache, **kw)
+                        for max_len, cache in SOFT_OVERLONG_CONFIGS if cache or not kw}
+
+    linear = Candidate("the no-floor line", "overlong_penalty(max_length, buffer, beyond='linear')", penalty(beyond="linear"))
+    canonical = Candidate("canonical", "overlong_penalty(max_length, buffer, factor=1.0) at every length 0 .. L_max + 3 "
+                          "(the floor -1 beyond L_max)", penalty(), contrasts=[linear])
+    return composition_row("trl.get_soft_overlong_punishment", "reward.overlong", "trl.get_soft_overlong_punishment",
+                           adapter, got, [canonical], {"value": tolerance("reward.overlong", "float64")},
+                           n_cases=len(SOFT_OVERLONG_CONFIGS))
 
 
 def nanstd_row(adapter: Any, seed: int) -> RowResult:
     """``trl.trainer.utils.nanstd`` is the spec's std with ddof = 1 (api.md, adv.grpo), ignoring NaNs."""
-    t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
-    row = RowResult(id="trl.nanstd", spec_id="adv.grpo", function="trl.nanstd", adapter=adapter.name, status="pass",
-                    seeds=[seed])
-    c = Comparison()
-    cases = [rng.normal(0, 1, size=n) for n in (2, 3, 8)] + [np.array([1.0, 0, 0, 0]), np.array([3.0, 3, 3, 3])]
-    for i, x in enumerate(cases):
-        x32 = x.astype(np.float32).astype(np.float64)
-        expected = oracle.advantages.std_with_ddof(list(x32), float(np.mean(x32)), 1)
-        c.add(f"value[{i}]", float(adapter.nanstd(torch.tensor(x32, dtype=torch.float32))), expected, tolerance("adv.grpo", "float32"))
-        with_nan = np.concatenate([x32, [np.nan]])  # NaN-aware: the NaN is left out
-        c.add(f"nan[{i}]", float(adapter.nanstd(torch.tensor(with_nan, dtype=torch.float32))), expected, tolerance("adv.grpo", "float32"))
-    row.n_cases = len(cases)
-    row.max_abs_err, row.max_rel_err = c.max_abs, c.max_rel
-    row.checks = {"value": "pass" if c.ok else "fail"}
-    if not c.ok:
-        row.status = "fail"
-        row.message = "\n".join(m.describe() for m in c.mismatches)
-    else:
-        row.message = "= std(x, ddof=1) of the non-NaN elements"
-    row.seconds = time.perf_counter() - t0
+    xs = [rng.normal(0, 1, size=n) for n in (2, 3, 8)] + [np.array([1.0, 0, 0, 0]), np.array([3.0, 3, 3, 3])]
+    xs = [x.astype(np.float32).astype(np.float64) for x in xs]
+
+    def got() -> dict[str, Any]:
+        out = {}
+        for i, x in enumerate(xs):
+            out[f"value[{i}]"] = float(adapter.nanstd(torch.tensor(x, dtype=torch.float32)))
+            with_nan = np.concatenate([x, [np.nan]])  # NaN-aware: the NaN is left out
+            out[f"nan[{i}]"] = float(adapter.nanstd(torch.tensor(with_nan, dtype=torch.float32)))
+        return out
+
+    def canonical() -> dict[str, Any]:
+        out = {}
+        for i, x in enumerate(xs):
+            out[f"value[{i}]"] = out[f"nan[{i}]"] = oracle.advantages.std_with_ddof(list(x), float(np.mean(x)), 1)
+        return out
+
+    row = composition_row("trl.nanstd", "adv.grpo", "trl.nanstd", adapter, got,
+                          [Candidate("canonical", "std(x, ddof=1) of the non-NaN elements", canonical)],
+                          {"value": tolerance("adv.grpo", "float32")}, seed=seed, n_cases=len(xs))
     return row
 
 
 def fused_softmax_entropy_row(adapter: Any, seed: int, n_seeds: int = 4) -> RowResult:
     """``selective_log_softmax_and_entropy`` = (token_logprobs, token_entropy), values and gradients."""
-    from conformance.records import cases
-
-    t0 = time.perf_counter()
-    row = RowResult(id="trl.selective_log_softmax_and_entropy", spec_id="logprob.token+logprob.entropy",
-                    function="trl.selective_log_softmax_and_entropy", adapter=adapter.name, status="pass")
-    c = Comparison()
-    for s in seeds_for("token_logprobs", seed, n_seeds):
+    seeds = seeds_for("token_logprobs", seed, n_seeds)
+    inputs_of = {}
+    for s in seeds:
         case = make_case("token_logprobs", s)
-        r = cases.rounded_args(case, "float32")
-        tau = case.kwargs["temperature"]
-        logits = torch.tensor(r["logits"], dtype=torch.float32, requires_grad=True)
-        lp, ent = adapter.selective_log_softmax_and_entropy(logits, torch.from_numpy(r["input_ids"]), torch.from_numpy(r["mask"]), temperature=tau)
-        c.add("value[logp]", lp.detach(), oracle.token_logprobs(r["logits"], r["input_ids"], r["mask"], temperature=tau), tolerance("logprob.token", "float32"))
-        c.add("value[entropy]", ent.detach(), oracle.token_entropy(r["logits"], r["mask"], temperature=tau), tolerance("logprob.entropy", "float32"))
         g = np.random.default_rng(case.upstream_seed)
-        u1, u2 = g.normal(size=lp.shape), g.normal(size=ent.shape)
-        if lp.requires_grad or ent.requires_grad:
-            (lp * torch.tensor(u1, dtype=torch.float32) + ent * torch.tensor(u2, dtype=torch.float32)).sum().backward()
-        got = logits.grad if logits.grad is not None else torch.zeros_like(logits)
-        expected = oracle.token_logprobs_grad(r["logits"], r["input_ids"], r["mask"], u1, temperature=tau) + oracle.token_entropy_grad(r["logits"], r["mask"], u2, temperature=tau)
-        c.add("grad[logits]", got, expected, tolerance("logprob.token", "float32", "grad"))
-        row.seeds.append(s)
-    row.n_cases = n_seeds
-    row.max_abs_err, row.max_rel_err = c.max_abs, c.max_rel
-    row.checks = {k: v for k, v in c.checks.items()}
-    if not c.ok:
-        row.status = "fail"
-        row.message = "\n".join(m.describe() for m in c.mismatches)
-    row.seconds = time.perf_counter() - t0
+        r = cases.rounded_args(case, "float32")
+        u1 = g.normal(size=r["input_ids"].shape)
+        inputs_of[s] = (r, case.kwargs["temperature"], u1, g.normal(size=r["input_ids"].shape))
+
+    def got() -> dict[str, Any]:
+        out = {}
+        for s, (r, tau, u1, u2) in inputs_of.items():
+            logits = torch.tensor(r["logits"], dtype=torch.float32, requires_grad=True)
+            lp, ent = adapter.selective_log_softmax_and_entropy(logits, torch.from_numpy(r["input_ids"]),
+                                                                torch.from_numpy(r["mask"]), temperature=tau)
+            if lp.requires_grad or ent.requires_grad:
+                (lp * torch.tensor(u1, dtype=torch.float32) + ent * torch.tensor(u2, dtype=torch.float32)).sum().backward()
+            out[f"value[logp,{s}]"], out[f"value[entropy,{s}]"] = lp.detach(), ent.detach()
+            out[f"grad[logits,{s}]"] = logits.grad if logits.grad is not None else torch.zeros_like(logits)
+        return out
+
+    def canonical() -> dict[str, Any]:
+        out = {}
+        for s, (r, tau, u1, u2) in inputs_of.items():
+            out[f"value[logp,{s}]"] = oracle.token_logprobs(r["logits"], r["input_ids"], r["mask"], temperature=tau)
+            out[f"value[entropy,{s}]"] = oracle.token_entropy(r["logits"], r["mask"], temperature=tau)
+            out[f"grad[logits,{s}]"] = (oracle.token_logprobs_grad(r["logits"], r["input_ids"], r["mask"], u1, temperature=tau)
+                                        + oracle.token_entropy_grad(r["logits"], r["mask"], u2, temperature=tau))
+        return out
+
+    tolerances = {"value": tolerance("logprob.token", "float32"), "grad": tolerance("logprob.token", "float32", "grad")}
+    tolerances.update({f"value[entropy,{s}]": tolerance("logprob.entropy", "float32") for s in seeds})
+    row = composition_row("trl.selective_log_softmax_and_entropy", "logprob.token+logprob.entropy",
+                          "trl.selective_log_softmax_and_entropy", adapter, got,
+                          [Candidate("canonical", "(token_logprobs, token_entropy) and their gradients", canonical)],
+                          tolerances, n_cases=n_seeds)
+    row.seeds = list(seeds)
     return row
 
 
@@ -1062,36 +1034,34 @@ def entropy_mask_row(adapter: Any, rho: float, seed: int) -> RowResult:
     other ranks' ``entropies[mask].float()``: the ranks' masks, joined, must be ``entropy_top_mask`` of the
     whole batch (the all-gather makes TRL's quantile the batch's). A per-rank quantile (ms-swift, TRL before
     trl#3833) is the contrast the message reports."""
-    t0 = time.perf_counter()
     row_id = f"trl.get_high_entropy_mask[ranks=3,rho={rho:g}]"
-    row = RowResult(id=row_id, spec_id="entropy.top_mask", function="trl.get_high_entropy_mask", adapter=adapter.name,
-                    status="pass", seeds=seeds_for(row_id, seed, N_MASK_SEEDS), n_cases=N_MASK_SEEDS)
-    try:
-        c, told_apart = Comparison(), 0
-        for s in row.seeds:
-            H, m = entropy_mask_batch(s, rho)
+    seeds = seeds_for(row_id, seed, N_MASK_SEEDS)
+    batches: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def got() -> dict[str, Any]:
+        out = {}
+        for s in seeds:
+            H, m = batches.setdefault(s, entropy_mask_batch(s, rho))
             parts = [(torch.tensor(H[a:b], dtype=torch.float32), torch.tensor(m[a:b]).long()) for a, b in MASK_RANKS]
             local = [h[k.bool()] for h, k in parts]  # each rank's entropies[mask].float()
-            joined = np.concatenate([
+            out[f"mask[seed {s}]"] = np.concatenate([
                 adapter.high_entropy_mask(h, k, 1.0 - rho, [x for j, x in enumerate(local) if j != r], rank=r).numpy()
-                for r, (h, k) in enumerate(parts)])
-            expected = oracle.entropy_top_mask(H, m, rho=rho)
-            per_rank = np.concatenate([oracle.entropy_top_mask(H[a:b], m[a:b], rho=rho) for a, b in MASK_RANKS])
-            told_apart += int(not np.array_equal(per_rank, expected))
-            c.add(f"mask[seed {s}]", joined.astype(np.float64), expected.astype(np.float64), Tol(0.0, 0.0, "a keep mask"))
-        row.checks = {"value": "pass" if c.ok else "fail"}
-        row.max_abs_err, row.max_rel_err = c.max_abs, c.max_rel
-        contrast = (f"not a per-rank quantile: the ranks' own quantiles give another mask in {told_apart} of "
-                    f"{N_MASK_SEEDS} batches")
-        if c.ok:
-            row.message = f"= entropy_top_mask(whole batch, rho={rho:g}) on every rank's rows\n{contrast}"
-        else:
-            row.status = "fail"
-            row.message = "\n".join([f"entropy_top_mask(whole batch, rho={rho:g}):"] + [x.describe() for x in c.mismatches]
-                                    + [contrast])
-    except Exception as exc:  # an adapter failure is a row, not a crash
-        row.status, row.message = "error", f"{type(exc).__name__}: {exc}"
-    row.seconds = time.perf_counter() - t0
+                for r, (h, k) in enumerate(parts)]).astype(np.float64)
+        return out
+
+    def whole() -> dict[str, Any]:
+        return {f"mask[seed {s}]": oracle.entropy_top_mask(*batches[s], rho=rho).astype(np.float64) for s in seeds}
+
+    def per_rank() -> dict[str, Any]:
+        return {f"mask[seed {s}]": np.concatenate([oracle.entropy_top_mask(H[a:b], m[a:b], rho=rho) for a, b in MASK_RANKS])
+                .astype(np.float64) for s, (H, m) in batches.items()}
+
+    contrast = Candidate("a per-rank quantile", "entropy_top_mask of each rank's own rows", per_rank)
+    canonical = Candidate("canonical", f"entropy_top_mask(whole batch, rho={rho:g}) on every rank's rows", whole,
+                          contrasts=[contrast])
+    row = composition_row(row_id, "entropy.top_mask", "trl.get_high_entropy_mask", adapter, got, [canonical],
+                          {"value": Tol(0.0, 0.0, "a keep mask")}, n_cases=N_MASK_SEEDS)
+    row.seeds = list(seeds)
     return row
 
 
@@ -1101,28 +1071,18 @@ def entropy_mask_pool_limit_row(adapter: Any) -> RowResult:
     pool refuses more than 2**24 elements."""
     import refimpl
 
-    t0 = time.perf_counter()
-    row = RowResult(id="trl.get_high_entropy_mask[pool>2^24]", spec_id="entropy.top_mask",
-                    function="trl.get_high_entropy_mask", adapter=adapter.name, status="pass", n_cases=1)
     n = 2**24
     other = torch.arange(n, dtype=torch.float32) / n
     H = torch.tensor([[0.0, 0.25, 0.5, 0.875]])
     m = torch.tensor([[False, True, True, True]])
     expected = refimpl.entropy_top_mask(H, m, rho=0.5, pooled_entropy=torch.cat([other.double(), H[m].double()]))
-    try:
-        got = adapter.high_entropy_mask(H, m.long(), 0.5, [other])
-    except Exception as exc:  # noqa: BLE001 - TRL's failure on a valid batch is the row's verdict
-        row.status = "error"
-        row.checks = {"value": "error"}
-        row.message = (f"{type(exc).__name__}: {exc} (grpo_trainer.py:1413, torch.quantile of the gathered pool of "
-                       f"{n + 3} valid entropies; torch.quantile accepts at most 2**24 = {n}). The spec's mask is "
-                       f"defined: {expected.int().tolist()} (refimpl, kthvalue)")
-    else:
-        ok = torch.equal(got.bool(), expected)
-        row.status, row.checks = ("pass" if ok else "fail"), {"value": "pass" if ok else "fail"}
-        row.message = f"TRL {got.int().tolist()}, spec {expected.int().tolist()}"
-    row.seconds = time.perf_counter() - t0
-    return row
+    note = (f"(grpo_trainer.py:1413, torch.quantile of the gathered pool of {n + 3} valid entropies; torch.quantile "
+            f"accepts at most 2**24 = {n}). The spec's mask is defined: {expected.int().tolist()} (refimpl, kthvalue)")
+    return composition_row("trl.get_high_entropy_mask[pool>2^24]", "entropy.top_mask", "trl.get_high_entropy_mask",
+                           adapter, lambda: {"value": adapter.high_entropy_mask(H, m.long(), 0.5, [other]).double()},
+                           [Candidate("canonical", "entropy_top_mask(rho=0.5, pooled_entropy=every rank's entropies)",
+                                      lambda: {"value": expected.double()})],
+                           {"value": Tol(0.0, 0.0, "a keep mask")}, note=note)
 
 
 @dataclass(frozen=True)
@@ -1161,10 +1121,9 @@ def adaptive_entropy_row(adapter: Any, case: AdaptiveEntropyCase, seed: int) -> 
     (checked against the oracle's token mean of H over the bonus's tokens), and the coefficient the step
     applies (read from the gradient w.r.t. the entropies: -coef_applied / N on each of the N tokens) is
     ``entropy_coef_applied(coef, last_entropy)``."""
-    t0 = time.perf_counter()
-    row = RowResult(id=case.row_id, spec_id="ctrl.entropy", function="trl.adaptive_entropy", adapter=adapter.name,
-                    status="pass", seeds=[seed], n_cases=1)
-    try:
+    box: dict[str, Any] = {}
+
+    def got() -> dict[str, Any]:
         config = dict(case.config, loss_type="dapo", beta=0.0, use_adaptive_entropy=True, entropy_coef=case.coef,
                       max_completion_length=MAX_COMPLETION_LENGTH)
         batch = make_batch(seed)
@@ -1174,34 +1133,30 @@ def adaptive_entropy_row(adapter: Any, case: AdaptiveEntropyCase, seed: int) -> 
         run = {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in run.items()}
         run["top_entropy_quantile"] = dict(case.config).get("top_entropy_quantile", 1.0)
         run["entropy_coef"] = case.coef
+        box["run"] = run
+        measured, target = run["world_entropy"], run["entropy_control"]["target"]
+        if abs(measured - target) < 1e-3:
+            raise ValueError(f"the measured entropy {measured!r} is within 1e-3 of the target {target!r}")
+        return {"measured entropy": measured, "entropy_coef after the step": run["entropy_coef_after"],
+                "entropy_coef applied": -float(np.where(run["mask"], run["grad_entropy"], 0.0).sum())}
+
+    def canonical() -> dict[str, Any]:
+        run = box["run"]
         ctl = run["entropy_control"]
         H, keep = entropy_terms(run)
         effective = run["mask"] if keep is None else run["mask"] & keep
-        measured = run["world_entropy"]
-        if abs(measured - ctl["target"]) < 1e-3:
-            raise ValueError(f"the measured entropy {measured!r} is within 1e-3 of the target {ctl['target']!r}")
-        c = Comparison()
         # grpo_trainer.py:3217-3230: the window's entropy sum over its token count (one micro-batch, one rank)
-        c.add("measured entropy", measured, oracle.aggregate(H, effective, mode="token_mean"),
-              tolerance("logprob.fused", "float32", "value"))
-        c.add("entropy_coef after the step", run["entropy_coef_after"],
-              oracle.entropy_coef_update(case.coef, measured, **ctl), Tol(1e-15, 0.0, "Python floats on both sides"))
-        applied = -float(np.where(run["mask"], run["grad_entropy"], 0.0).sum())
-        c.add("entropy_coef applied", applied, oracle.entropy_coef_applied(case.coef, case.last_entropy, target=ctl["target"]),
-              Tol(1e-5, 1e-9, "a sum of float32 gradients"))
-        row.checks = dict(c.checks)
-        row.max_abs_err, row.max_rel_err = c.max_abs, c.max_rel
-        formula = (f"entropy_coef_update({case.coef:g}, H={measured:.6g}, {_kw_text(ctl)}) and "
-                   f"entropy_coef_applied({case.coef:g}, last_entropy={case.last_entropy:g}, target={ctl['target']:g})")
-        if c.ok:
-            row.message = f"= {formula}"
-        else:
-            row.status = "fail"
-            row.message = "\n".join([f"{formula}:"] + [x.describe() for x in c.mismatches])
-    except Exception as exc:  # an adapter failure is a row, not a crash
-        row.status, row.message = "error", f"{type(exc).__name__}: {exc}"
-    row.seconds = time.perf_counter() - t0
-    return row
+        return {"measured entropy": oracle.aggregate(H, effective, mode="token_mean"),
+                "entropy_coef after the step": oracle.entropy_coef_update(case.coef, run["world_entropy"], **ctl),
+                "entropy_coef applied": oracle.entropy_coef_applied(case.coef, case.last_entropy, target=ctl["target"])}
+
+    formula = (f"entropy_coef_update({case.coef:g}, H, {_kw_text(dict(case.config))}) and "
+               f"entropy_coef_applied({case.coef:g}, last_entropy={case.last_entropy:g})")
+    tolerances = {"value": tolerance("logprob.fused", "float32", "value"),
+                  "entropy_coef after the step": Tol(1e-15, 0.0, "Python floats on both sides"),
+                  "entropy_coef applied": Tol(1e-5, 1e-9, "a sum of float32 gradients")}
+    return composition_row(case.row_id, "ctrl.entropy", "trl.adaptive_entropy", adapter, got,
+                           [Candidate("canonical", formula, canonical)], tolerances, seed=seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1218,9 +1173,8 @@ def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
     covered = {cfg.loss_type for cfg in configs}
     for lt in adapter.grpo_loss_types():
         if lt not in covered:
-            rows.append(RowResult(id=f"trl.grpo_loss[{lt}]", spec_id="loss.*+agg", function="trl.grpo_loss",
-                                  adapter=adapter.name, status="not_implemented",
-                                  message=f"TRL {adapter.version} offers loss_type {lt!r}; rlspec has no composition for it yet"))
+            rows.append(not_implemented_row(f"trl.grpo_loss[{lt}]", "loss.*+agg", "trl.grpo_loss", adapter.name,
+                                            f"TRL {adapter.version} offers loss_type {lt!r}; rlspec has no composition for it yet"))
     rows.append(check_rloo_loss(adapter, seed))
     rows.append(nanstd_row(adapter, seed))
     rows.append(soft_overlong_row(adapter))

@@ -47,9 +47,10 @@ import numpy as np
 import torch
 
 import oracle
-from conformance.frameworks.checks import Comparison
-from conformance.frameworks.trl.checks import compare_run, compositions
-from conformance.runner.rows import RowResult, match_status
+from conformance.frameworks.trl.checks import TOLERANCES, candidate, compositions, observed
+from conformance.records.presets import preset_kwargs
+from conformance.runner.composite import Candidate, composition_row
+from conformance.runner.rows import RowResult, not_implemented_row
 from conformance.tolerances import tolerance
 from conformance.trainer_verify import expected_mask
 
@@ -265,11 +266,15 @@ class TRLStepRun:
         rid = f"trl.grpo_step[{step}].{check}"
         return RowResult(id=rid, spec_id=spec_id, function=rid, adapter="trl", status="pass", seeds=[self.seed], n_cases=1)
 
-    def _finish(self, row: RowResult, c: Comparison | None, ok_message: str, problems: list[str] | None = None) -> RowResult:
-        problems = list(problems or [])
-        if c is not None:
-            row.max_abs_err, row.max_rel_err, row.checks = c.max_abs, c.max_rel, dict(c.checks)
-            problems += [m.describe() for m in c.mismatches]
+    def _compared(self, step: int, check: str, spec_id: str, got: Any, candidates: list[Candidate], tol: dict[str, Any],
+                  note: str = "") -> RowResult:
+        """A step's check by the runner's engine: TRL's values against the candidate compositions."""
+        rid = f"trl.grpo_step[{step}].{check}"
+        return composition_row(rid, spec_id, rid, "trl", got, candidates, tol, seed=self.seed, note=note)
+
+    @staticmethod
+    def _conventions(row: RowResult, ok_message: str, problems: list[str]) -> RowResult:
+        """A check of the trainer's settings and masks (no numbers compared): FAIL listing what is off."""
         if problems:
             row.status = "fail"
             row.message = "\n".join(problems)
@@ -293,8 +298,8 @@ class TRLStepRun:
             problems.append(f"min_p={g['min_p']} truncates the sampling distribution")
         if g.get("repetition_penalty") not in (None, 1.0):
             problems.append(f"repetition_penalty={g['repetition_penalty']} changes the sampling distribution")
-        return self._finish(row, None, f"samples from softmax(z/{tau:g}) (no top-k/top-p/min-p/penalty): the distribution "
-                                       "the log-probs describe", problems)
+        return self._conventions(row, f"samples from softmax(z/{tau:g}) (no top-k/top-p/min-p/penalty): the distribution "
+                                      "the log-probs describe", problems)
 
     def _spec_layout(self, x: torch.Tensor, P: int, mask: np.ndarray) -> np.ndarray:
         """[B, C] TRL completion array -> token-aligned [B, T] float64, 0 outside the mask."""
@@ -328,46 +333,37 @@ class TRLStepRun:
             problems.append("prompt_mask differs from the prompt's non-padding tokens")
         if (np.diff(pm.astype(int), axis=1) < 0).any():
             problems.append("prompt_mask is not left-padded")
-        rows.append(self._finish(row, None, f"completion mask = tokens through the first EOS; prompt mask = the left-padded prompt{reused}", problems))
+        rows.append(self._conventions(row, f"completion mask = tokens through the first EOS; prompt mask = the left-padded "
+                                           f"prompt{reused}", problems))
         # --- rewards -------------------------------------------------------------------------
-        row = self._row(step, "rewards", "reward")
-        problems = []
         comp = gen.completion_ids.numpy()
         cm = gen.completion_mask.numpy().astype(bool)
         expected_rewards = []
         for b in range(comp.shape[0]):
             digits = [int(t) - 4 for t in gen.prompt_ids[b].tolist() if 4 <= t <= 13]
             expected_rewards.append(self.task.score_tokens(digits, comp[b][cm[b]].tolist())[0])
-        c = Comparison()
         if len(gen.rewards) != len(expected_rewards):
-            problems.append(f"{len(gen.rewards)} rewards for {len(expected_rewards)} completions")
+            rows.append(self._conventions(self._row(step, "rewards", "reward"), "",
+                                          [f"{len(gen.rewards)} rewards for {len(expected_rewards)} completions"]))
         else:
-            c.add("rewards", np.float32(gen.rewards), expected_rewards, tolerance("adv.grpo", "float32", "value"))
-        rows.append(self._finish(row, c, f"the task's rewards of the sampled completions (mean {np.mean(expected_rewards):.3f}){reused}", problems))
+            rows.append(self._compared(step, "rewards", "reward", lambda: {"rewards": np.float32(gen.rewards)},
+                                       [Candidate("canonical", f"the task's rewards of the sampled completions (mean "
+                                                  f"{np.mean(expected_rewards):.3f}){reused}",
+                                                  lambda: {"rewards": expected_rewards})],
+                                       {"value": tolerance("adv.grpo", "float32", "value")}))
         # --- advantages ------------------------------------------------------------------------
-        row = self._row(step, "advantages", "adv.grpo")
         r = np.asarray(gen.rewards, dtype=np.float32).astype(np.float64)
         G = int(self.config["num_generations"])
         scale = self.config["scale_rewards"]
         scale = {"true": "group", "false": "none", True: "group", False: "none"}.get(scale, scale)
-        tol = tolerance("adv.grpo", "float32", "value")
-        got = gen.advantages.to(torch.float64).numpy()
-        canon = Comparison()
-        canon.add("value", got, oracle.grpo_advantages(r, G, scale=scale), tol)
-        if canon.ok:
-            rows.append(self._finish(row, canon, f"= grpo_advantages(rewards, {G}, scale={scale!r}){reused}"))
-        else:
-            kw = oracle.PRESETS["trl"]["grpo_advantages"]
-            pre = Comparison()
-            pre.add("value", got, oracle.grpo_advantages(r, G, scale=scale, **kw), tol)
-            if pre.ok:
-                row.status, row.matched_preset, row.matched_kwargs = "preset", "trl", dict(kw)
-                row.max_abs_err, row.max_rel_err, row.checks = pre.max_abs, pre.max_rel, dict(pre.checks)
-                row.message = (f"matches preset trl ({', '.join(f'{k}={v!r}' for k, v in kw.items())}), not canonical: "
-                               f"grpo_advantages(rewards, {G}, scale={scale!r}){reused}")
-                rows.append(row)
-            else:
-                rows.append(self._finish(row, canon, ""))
+        kw = preset_kwargs("trl", "grpo_advantages")
+        formula = f"grpo_advantages(rewards, {G}, scale={scale!r}){reused}"
+        rows.append(self._compared(
+            step, "advantages", "adv.grpo", lambda: {"value": gen.advantages.to(torch.float64).numpy()},
+            [Candidate("canonical", formula, lambda: {"value": oracle.grpo_advantages(r, G, scale=scale)}),
+             Candidate(", ".join(f"{k}={v!r}" for k, v in kw.items()), formula,
+                       lambda: {"value": oracle.grpo_advantages(r, G, scale=scale, **kw)}, preset="trl", kwargs=kw)],
+            {"value": tolerance("adv.grpo", "float32", "value")}))
         # --- old / reference log-probs ------------------------------------------------------------
         for name, lp, hidden, W, spec in (("old_logp", gen.old_logp, gen.hidden, gen.weight, "logprob.fused"),
                                           ("ref_logp", gen.ref_logp, gen.ref_hidden, gen.ref_weight, "logprob.fused")):
@@ -378,11 +374,15 @@ class TRLStepRun:
                                else "TRL computed none: on-policy (num_iterations = 1), it uses the loss forward's own log-probs")
                 rows.append(row)
                 continue
-            exp = oracle.token_logprobs_from_hidden(hidden.to(torch.float64).numpy(), W.to(torch.float64).numpy(),
-                                                    ids, m, temperature=tau)
-            c = Comparison()
-            c.add("value", self._spec_layout(lp, P, m), exp, tolerance("logprob.fused", "float32", "value"))
-            rows.append(self._finish(row, c, f"= token_logprobs_from_hidden(temperature={tau:g}) at the completion tokens{reused}"))
+            def expected(hidden: torch.Tensor = hidden, W: torch.Tensor = W) -> dict[str, Any]:
+                return {"value": oracle.token_logprobs_from_hidden(hidden.to(torch.float64).numpy(),
+                                                                   W.to(torch.float64).numpy(), ids, m, temperature=tau)}
+
+            rows.append(self._compared(
+                step, name, spec, lambda lp=lp: {"value": self._spec_layout(lp, P, m)},
+                [Candidate("canonical", f"token_logprobs_from_hidden(temperature={tau:g}) at the completion tokens{reused}",
+                           expected)],
+                {"value": tolerance("logprob.fused", "float32", "value")}))
         return rows
 
     def _loss_rows(self, step: int, cap: _LossCapture) -> list[RowResult]:
@@ -408,13 +408,12 @@ class TRLStepRun:
 
         logp = shifted(cap_["log_probs"]) * mask
         # --- current log-probs ---------------------------------------------------------------------
-        row = self._row(step, "logp", "logprob.fused")
-        c = Comparison()
-        c.add("value", logp, oracle.token_logprobs_from_hidden(hidden, W, ids, mask, temperature=tau),
-              tolerance("logprob.fused", "float32", "value"))
-        rows.append(self._finish(row, c, f"= token_logprobs_from_hidden(temperature={tau:g}) in the loss forward"))
+        rows.append(self._compared(
+            step, "logp", "logprob.fused", lambda: {"value": logp},
+            [Candidate("canonical", f"token_logprobs_from_hidden(temperature={tau:g}) in the loss forward",
+                       lambda: {"value": oracle.token_logprobs_from_hidden(hidden, W, ids, mask, temperature=tau)})],
+            {"value": tolerance("logprob.fused", "float32", "value")}))
         # --- loss ------------------------------------------------------------------------------------
-        row = self._row(step, "loss", "loss.*+agg")
         adv = inp["advantages"].detach().to(torch.float64).numpy()
         if adv.ndim == 2:
             adv = self._spec_layout(inp["advantages"], P, mask)
@@ -443,29 +442,14 @@ class TRLStepRun:
         }
         comps = compositions(run, on_policy=on_policy)
         if not comps:
-            row.status = "not_implemented"
-            row.message = f"no spec v1 composition for loss_type {run['loss_type']!r}"
-            rows.append(row)
+            rid = f"trl.grpo_step[{step}].loss"
+            rows.append(not_implemented_row(rid, "loss.*+agg", rid, "trl",
+                                            f"no spec v1 composition for loss_type {run['loss_type']!r}"))
             return rows
-        row.spec_id = comps[0].spec_id
-        first = None
-        for comp in comps:
-            result, _ = compare_run(run, comp)
-            first = first or (comp, result)
-            if result.ok:
-                row.max_abs_err, row.max_rel_err, row.checks = result.max_abs, result.max_rel, dict(result.checks)
-                ratio = np.exp(np.where(mask, logp - old_logp, 0.0))[mask]
-                rng = f"ratio in [{ratio.min():.3f}, {ratio.max():.3f}]" if ratio.size else "no valid token"
-                if comp.label == "canonical":
-                    row.message = f"= {comp.formula}; {rng}"
-                else:
-                    row.status, row.matched_preset, row.matched_kwargs = match_status(comp.preset), comp.preset, comp.kwargs
-                    row.message = (f"matches {'preset ' + comp.preset if comp.preset else 'variant'} ({comp.label}), "
-                                   f"not canonical: {comp.formula}; {rng}")
-                rows.append(row)
-                return rows
-        comp, result = first
-        rows.append(self._finish(row, result, "", [f"canonical {comp.formula}:"]))
+        ratio = np.exp(np.where(mask, logp - old_logp, 0.0))[mask]
+        ratios = f"(ratio in [{ratio.min():.3f}, {ratio.max():.3f}])" if ratio.size else "(no valid token)"
+        rows.append(self._compared(step, "loss", comps[0].spec_id, lambda: observed(run),
+                                   [candidate(run, c, comps) for c in comps], TOLERANCES, note=ratios))
         return rows
 
 

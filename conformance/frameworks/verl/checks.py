@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -52,31 +53,18 @@ import numpy as np
 import oracle
 from conformance.records import cases, make_case
 from conformance.frameworks import spec_io as io
-from conformance.frameworks.checks import (
-    NP,
+from conformance.frameworks.loss_batch import NP, loss_batch, loss_call, loss_mask, mean_over_ranks, round_batch, value_loss_candidates
+from conformance.runner.composite import (
     Candidate,
-    Comparison,
     FunctionView,
-    Piece,
-    aggregate_eval,
-    broadcast_advantages,
-    compose,
     composition_row,
     fixed_row,
-    fmt,
-    loss_batch,
-    loss_call,
-    loss_mask,
     loss_tolerances,
-    mean_over_ranks,
-    not_implemented_row,
-    policy_piece,
-    round_batch,
     value_and_grad_tolerances,
-    value_loss_candidates,
 )
+from conformance.records.pieces import Piece, aggregate_eval, broadcast_advantages, compose, fmt, policy_piece
 from conformance.records import BY_FUNCTION
-from conformance.runner.rows import RowResult
+from conformance.runner.rows import RowResult, not_implemented_row, seeds_for
 from conformance.tolerances import tolerance
 
 DTYPE = "float32"  # the framework rows run in float32, verl's training dtype for these tensors
@@ -722,52 +710,54 @@ def gae_whitened_row(adapter: Any, seed: int, n_seeds: int = 8) -> RowResult:
     (``masked_whiten``, unbiased variance, +1e-8) and unwhitened returns:
     ``(whiten(gae(...).advantages), gae(...).returns)``, on the property cases and on the loss batch
     (finite garbage at masked positions, a masked tool token inside a completion)."""
-    from conformance.runner.rows import seeds_for
-
-    t0 = time.perf_counter()
-    row = RowResult(id="verl.compute_gae_advantage_return", spec_id="adv.gae+adv.whiten", function="verl.compute_gae_advantage_return",
-                    adapter=adapter.name, status="pass")
-    c = Comparison()
-    refused = 0
+    seeds = seeds_for("verl.gae", seed, n_seeds)
     inputs = []
-    for s in seeds_for("verl.gae", seed, n_seeds):
+    for s in seeds:
         case = make_case("gae", s)
         inputs.append((f"seed {s}", case.args["token_rewards"], case.args["values"], case.args["mask"], case.kwargs))
-        row.seeds.append(s)
     b = loss_batch(seed)
     inputs.append(("loss batch", b["token_rewards"], b["values"], b["mask"], {"gamma": 0.99, "lam": 0.95}))
-    try:
+    compared: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]] = []
+    refused = []
+
+    def got() -> dict[str, Any]:
+        out = {}
         for label, r, v, m, kw in inputs:
             r32, v32 = cases.round_to(r, DTYPE), cases.round_to(v, DTYPE)
             if m.sum() <= 1:  # masked_whiten raises on a mask sum of 0 or 1 (torch_functional.py:311-326)
                 try:
                     adapter.gae_whitened(r32.astype(np.float32), v32.astype(np.float32), m, **kw)
                 except ValueError:
-                    refused += 1
+                    refused.append(label)
                     continue
             if label == "loss batch":  # verl itself sees the garbage (the adapter would clean it)
-                arrays = {"token_level_rewards": r32.astype(np.float32), "values": v32.astype(np.float32), "response_mask": m.astype(np.float32)}
-                out = adapter.call("advantage", arrays, {"name": "gae", **kw})["outputs"]
-                A, R = np.where(m, out["advantages"], 0), np.where(m, out["returns"], 0)
+                arrays = {"token_level_rewards": r32.astype(np.float32), "values": v32.astype(np.float32),
+                          "response_mask": m.astype(np.float32)}
+                res = adapter.call("advantage", arrays, {"name": "gae", **kw})["outputs"]
+                A, R = np.where(m, res["advantages"], 0), np.where(m, res["returns"], 0)
             else:
                 A, R = adapter.gae_whitened(r32.astype(np.float32), v32.astype(np.float32), m, **kw)
+            out[f"advantages[{label}]"], out[f"returns[{label}]"] = A, R
+            compared.append((label, r32, v32, m, kw))
+        return out
+
+    def canonical() -> dict[str, Any]:
+        out = {}
+        for label, r32, v32, m, kw in compared:
             ea, er = oracle.gae(r32, v32, m, **kw)
-            c.add(f"advantages[{label}]", A, oracle.whiten(ea, m), tolerance("adv.whiten", DTYPE))
-            c.add(f"returns[{label}]", R, er, tolerance("adv.gae", DTYPE))
-            row.n_cases += 1
-    except Exception as exc:
-        row.status, row.message = "error", f"{type(exc).__name__}: {exc}"
-        row.seconds = time.perf_counter() - t0
-        return row
-    row.max_abs_err, row.max_rel_err = c.max_abs, c.max_rel
-    row.checks = {"value": "pass" if c.ok else "fail"}
-    note = f" ({refused} case(s) with at most one valid token: verl raises ValueError there, as documented)" if refused else ""
-    if c.ok:
-        row.message = "= (whiten(gae(...).advantages, mask), gae(...).returns)" + note
-    else:
-        row.status = "fail"
-        row.message = "\n".join(["(whiten(gae(...).advantages, mask), gae(...).returns):"] + [m.describe() for m in c.mismatches]) + note
-    row.seconds = time.perf_counter() - t0
+            out[f"advantages[{label}]"], out[f"returns[{label}]"] = oracle.whiten(ea, m), er
+        return out
+
+    def note() -> str:
+        return (f"({len(refused)} case(s) with at most one valid token: verl raises ValueError there, as documented)"
+                if refused else "")
+
+    row = composition_row(
+        "verl.compute_gae_advantage_return", "adv.gae+adv.whiten", "verl.compute_gae_advantage_return", adapter, got,
+        [Candidate("canonical", "(whiten(gae(...).advantages, mask), gae(...).returns)", canonical)],
+        {"value": tolerance("adv.gae", DTYPE), "advantages": tolerance("adv.whiten", DTYPE),
+         "returns": tolerance("adv.gae", DTYPE)}, note=note, n_cases=lambda: len(compared))
+    row.seeds = list(seeds)
     return row
 
 
@@ -854,56 +844,49 @@ def k1_bounds_row(adapter: Any, seed: int, option: str, threshold: str) -> RowRe
     mask is the inverted reading (bounds on pi_rollout/pi_old). Cases: the seeded loss batch (ragged,
     garbage at masked positions; old = ``old_logp``, rollout = ``logp``, so log r spans +-2.3) and the
     minimal reproduction (r = 3, 0.3, 1)."""
-    t0 = time.perf_counter()
     level = K1_OPTIONS[option]
     documented, computed = k1_readings(level, threshold)
-    row = RowResult(id=f"verl.compute_rollout_rejection_mask[{option},{threshold}]", spec_id="offpolicy.rejection",
-                    function="verl.compute_rollout_rejection_mask", adapter=adapter.name, status="pass", seeds=[seed])
-    tol = tolerance("offpolicy.rejection", DTYPE)
-    doc, inv = Comparison(), Comparison()
-    shown: dict[str, Any] = {}
-    try:
+    lo, hi = _bounds(threshold)
+    batches: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    shown: dict[str, np.ndarray] = {}
+
+    def got() -> dict[str, Any]:
         batch = _conditioned(lambda s: round_batch(loss_batch(s), DTYPE),
                              lambda b: _rejection_conditioned(b, "old_logp", "logp", [documented, computed]), seed)
         minimal = minimal_k1_batch()
-        for label, old, rollout, m in (("loss batch", batch["old_logp"], batch["logp"], batch["mask"]),
-                                       ("minimal", minimal["old_logp"], minimal["rollout_logp"], minimal["mask"])):
-            got = verl_rejection_mask(adapter, old, rollout, m, option, threshold)
-            expected = oracle.rollout_rejection_mask(old, rollout, m, **documented)
-            doc.add(f"keep[{label}]", got, expected, tol)
-            inv.add(f"keep[{label}]", got, oracle.rollout_rejection_mask(old, rollout, m, **computed), tol)
-            shown[label] = (got[:, 1], expected[:, 1])
-            row.n_cases += 1
-    except Exception as exc:  # noqa: BLE001 - a framework failure is a row, not a crash
-        row.status, row.message = "error", f"{type(exc).__name__}: {exc}"
-        row.seconds = time.perf_counter() - t0
-        return row
-    lo, hi = _bounds(threshold)
-    row.checks = {"value": "pass" if doc.ok else "fail"}
-    row.max_abs_err, row.max_rel_err = doc.max_abs, doc.max_rel
+        batches["loss batch"] = (batch["old_logp"], batch["logp"], batch["mask"])
+        batches["minimal"] = (minimal["old_logp"], minimal["rollout_logp"], minimal["mask"])
+        out = {f"keep[{label}]": verl_rejection_mask(adapter, *arrays[:2], arrays[2], option, threshold)
+               for label, arrays in batches.items()}
+        shown["minimal"] = out["keep[minimal]"][:, 1]
+        return out
+
+    def reading(keywords: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+        return lambda: {f"keep[{label}]": oracle.rollout_rejection_mask(*arrays, **keywords)
+                        for label, arrays in batches.items()}
+
     documented_text = f"rollout_rejection_mask({fmt(documented)}): keep {lo:g} <= pi_old/pi_rollout <= {hi:g}"
     computed_text = (f"rollout_rejection_mask({fmt(computed)}) = rollout_rejection_mask(statistic='ratio', level={level!r}, "
-                     f"lo={1 / hi:g}, hi={1 / lo:g}): keep {lo:g} <= pi_rollout/pi_old <= {hi:g}")
-    if doc.ok:
-        row.message = f"= {documented_text}, as verl documents a k1 'lower_upper' threshold"
-        if lo * hi != 1.0 and inv.ok:
-            row.message += " (these cases cannot tell it from the inverted bounds)"
-    else:
-        row.status = "fail"
-        lines = [f"documented {documented_text} (algorithm.py:107-124, rollout_corr_helper.py:219-227):"]
-        lines += [mm.describe() for mm in doc.mismatches]
-        got, expected = shown["minimal"]
-        lines.append(f"minimal reproduction: r = pi_old/pi_rollout = {list(MINIMAL_RATIOS)} (rollout_logp = -1, old_logp = -1 + log r, "
-                     f"one valid token per row), rollout_rs={option!r}, rollout_rs_threshold={threshold!r}: verl keeps "
-                     f"{[bool(x) for x in got]}, the documented reading keeps {[bool(x) for x in expected]}")
-        if inv.ok:
-            lines.append(f"verl computes {computed_text} (k1 = -log_ratio vs [log lower, log upper], "
-                         "rollout_corr_helper.py:263, :300-301, :316): the bounds act on the inverse ratio")
-        else:
-            lines.append("not the inverted bounds either: " + "; ".join(mm.describe() for mm in inv.mismatches))
-        row.message = "\n".join(lines)
-    row.seconds = time.perf_counter() - t0
-    return row
+                     f"lo={1 / hi:g}, hi={1 / lo:g}): keep {lo:g} <= pi_rollout/pi_old <= {hi:g} (k1 = -log_ratio vs "
+                     "[log lower, log upper], rollout_corr_helper.py:263, :300-301, :316): the bounds act on the inverse ratio")
+    inverted = Candidate("the inverted bounds", computed_text, reading(computed))
+    canonical = Candidate("canonical", f"{documented_text}, as verl documents a k1 'lower_upper' threshold "
+                          "(algorithm.py:107-124, rollout_corr_helper.py:219-227)", reading(documented),
+                          contrasts=[inverted] if lo * hi != 1.0 else [])
+
+    def note() -> str:
+        if "minimal" not in shown:
+            return ""
+        expected = oracle.rollout_rejection_mask(*batches["minimal"], **documented)[:, 1]
+        if np.array_equal(shown["minimal"], expected):
+            return ""
+        return (f"\nminimal reproduction: r = pi_old/pi_rollout = {list(MINIMAL_RATIOS)} (rollout_logp = -1, old_logp = "
+                f"-1 + log r, one valid token per row), rollout_rs={option!r}, rollout_rs_threshold={threshold!r}: verl keeps "
+                f"{[bool(x) for x in shown['minimal']]}, the documented reading keeps {[bool(x) for x in expected]}")
+
+    return composition_row(f"verl.compute_rollout_rejection_mask[{option},{threshold}]", "offpolicy.rejection",
+                           "verl.compute_rollout_rejection_mask", adapter, got, [canonical],
+                           {"value": tolerance("offpolicy.rejection", DTYPE)}, seed=seed, note=note, n_cases=2)
 
 
 def rollout_batch(seed: int, kinks: tuple[float, ...] = KINKS, scale: float = 0.3) -> dict[str, np.ndarray]:
