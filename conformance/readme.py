@@ -11,10 +11,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-import oracle
 from conformance import spec
-from oracle.presets import SCOPE
-from conformance.records import FAMILIES, RECORDS
+from conformance.records import FAMILIES, RECORDS, presets
 from conformance.runner.discovery import framework_names
 from conformance.tolerances import DEFAULT, OVERRIDES
 
@@ -38,17 +36,19 @@ def spec_table() -> str:
 
 
 def preset_table() -> str:
-    names = list(oracle.PRESETS)
+    """Every preset of every framework home, by function: its keywords, "canonical", or "not read"."""
+    names = list(presets.homes())
     functions = [q.function for q in RECORDS if q.presets]
-    lines = ["| function | " + " | ".join(f"`{n}`" for n in names) + " |", "|---|" + "---|" * len(names)]
+    lines = ["| function | " + " | ".join(f"`{n}` ({presets.version(n)})" for n in names) + " |",
+             "|---|" + "---|" * len(names)]
     for f in dict.fromkeys(functions):
         cells = []
         for n in names:
-            kw = oracle.PRESETS[n].get(f)
+            kw = presets.preset_kwargs(n, f)
             if kw:
                 cells.append(", ".join(f"{k}={v!r}" for k, v in kw.items()))
             else:
-                cells.append("canonical" if f in SCOPE.get(n, (f,)) else "not read")
+                cells.append("canonical" if f in (presets.scope(n) or (f,)) else "not read")
         lines.append(f"| `{f}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

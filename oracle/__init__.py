@@ -161,7 +161,3 @@ __all__ = [
     "overlong_penalty",
     "shaped_rewards",
 ]
-
-from oracle.presets import PRESETS  # noqa: E402  (framework presets: plain data, written separately)
-
-__all__ += ["PRESETS"]

@@ -5,6 +5,9 @@ A framework's folder holds everything about it:
 - ``__init__.py``: a docstring (version, what is called) and ``ADAPTER``, the name of the adapter class
   in ``adapter.py`` that ``rlspec check --adapter <name>`` loads;
 - ``adapter.py``: the core-API functions in spec conventions, calling the framework's own installed code;
+- ``presets.py``: its presets (the keyword sets it computes quantities with, each with where it was read, and
+  the version read), found by ``conformance.records.presets``; a framework read only from its source has a home
+  with this file alone;
 - ``checks.py`` (optional): its extra rows (the framework's own settings, losses and trainer paths as
   compositions of spec quantities, declared for the runner's engine), returned by the adapter's ``extra_rows``;
 - ``ops.py``, ``requirements.txt`` and ``nodeps.txt`` for a framework that runs in an environment of its

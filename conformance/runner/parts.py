@@ -36,8 +36,10 @@ def core_row(record: Quantity, adapter: Adapter, ref: str, options: RunOptions,
     call (the isolated worker says with it where a crash happened)."""
     seeds = seeds_for(record.function, options.seed, options.n_seeds)
     t0 = time.perf_counter()
+    # a framework's own preset is tried first (among keyword sets that explain a row equally well, it is the
+    # one named); the others follow in name order
     row = check_row(record, adapter, seeds=seeds, golden=golden_cases(record), ref=ref, on_trial=on_trial,
-                    strict_precision=options.strict_precision)
+                    strict_precision=options.strict_precision, prefer=LoadedAdapter.of(adapter).name)
     row.seconds = time.perf_counter() - t0
     if options.diagnose and row.status in ("fail", "error", "preset", "variant"):
         try:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import oracle
 from conformance.records import FAMILIES, RECORDS, records_for
+from conformance.records.presets import homes as preset_homes
 from conformance.site.markdown_html import inline
 from conformance.runner.rows import STATUSES
 
@@ -122,7 +122,7 @@ def verdict(row: dict[str, Any], column: str) -> Verdict:
         presets = matched.split(", ") if matched else []
         if column in presets:
             kind, text = "preset", f"preset {column}"
-        elif status == "preset" and column not in oracle.PRESETS:
+        elif status == "preset" and column not in preset_homes():
             kind, text = "preset", f"preset {matched}"
         else:
             kind, text = "variant", "variant" + (f" = preset {matched}" if matched else "")

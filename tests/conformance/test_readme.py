@@ -40,7 +40,7 @@ def test_the_adapter_example_behaves_as_the_readme_says(monkeypatch):
     rep = run(["readme_example_adapter:Adapter"], select_records(["logprob.token", "adv.grpo"]), RunOptions(seed=0, n_seeds=4, timeout=120))
     rows = {r.function: r for r in rep.rows}
     assert rows["token_logprobs"].status == "pass", rows["token_logprobs"].message
-    assert rows["grpo_advantages"].status == "preset" and rows["grpo_advantages"].matched_preset == "trl, ms_swift"
+    assert rows["grpo_advantages"].status == "preset" and rows["grpo_advantages"].matched_preset == "ms_swift, trl"
     assert "eps=0.0001" in rows["grpo_advantages"].message
 
 

@@ -56,11 +56,13 @@ def test_strict_precision_restores_the_input_dtype_tolerance():
 
 def test_preset_is_named_at_the_frameworks_own_precision():
     """SkyRL-style: k3 clamped as verl does, every estimator in float32. Judged at float64 precision
-    nothing matches; at the float32 precision it meets, the k3 cases are verl's preset."""
+    nothing matches; at the float32 precision it meets, the k3 cases are a preset: the output clamp at 10
+    (AReaL's and OpenRLHF's keywords) explains them as exactly as verl's (which adds the log-ratio clamp at
+    20, inert once the output is clamped), and of equal explanations the first in framework order is named."""
     row = rows_of("float32_clamped_kl", "kl.estimator")["kl_penalty"]
-    # verl's k3 keywords are SkyRL's and ms-swift's too: the row names every preset they match
-    assert row.status == "preset" and row.matched_preset == "verl, skyrl, ms_swift", row.message
-    assert "estimator='k3': preset verl, skyrl, ms_swift" in row.message
+    # the keywords {clamp: 10.0} are AReaL's and OpenRLHF's: the row names every preset with them
+    assert row.status == "preset" and row.matched_preset == "areal, openrlhf", row.message
+    assert "estimator='k3': preset areal, openrlhf (clamp=10.0)" in row.message
     assert row.precision["float64"] == "float32"
     assert [f["dtype"] for f in row.precision_findings] == ["float64"]
     strict = rows_of("float32_clamped_kl", "kl.estimator", strict_precision=True)["kl_penalty"]

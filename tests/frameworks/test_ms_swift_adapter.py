@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import oracle
+from conformance.records.presets import preset_kwargs
 from conformance.runner.loading import BUILTIN_ADAPTERS
 from tests.frameworks import pinned_rows
 
@@ -207,7 +208,7 @@ def test_finding_default_cispo_cap_is_two_tenths(adapter):
     g = _loss(adapter, {"loss_type": "cispo"}, lp, lp, A, upstream={"per_token_loss": np.ones_like(lp)})
     np.testing.assert_allclose(g["grads"]["per_token_logps"][0, 1:], [-0.2, 0.4], rtol=1e-6)
     spec = oracle.cispo_token_loss_grad(lp.astype(np.float64), lp.astype(np.float64), A.astype(np.float64), ROW,
-                                        np.ones((1, 3)), **oracle.presets.preset_kwargs("ms_swift", "cispo_token_loss"))
+                                        np.ones((1, 3)), **preset_kwargs("ms_swift", "cispo_token_loss"))
     np.testing.assert_allclose(spec[0, 1:], [-0.2, 0.4])
 
 

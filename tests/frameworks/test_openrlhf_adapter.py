@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import oracle
+from conformance.records.presets import preset_kwargs
 from conformance.runner.loading import BUILTIN_ADAPTERS
 from tests.frameworks import pinned_rows
 
@@ -84,20 +85,20 @@ EXTRA = {  # row id -> (status, matched preset)
     'openrlhf.PolicyLoss[gspo,A=[B,T]]': ('preset', 'openrlhf'),
     'openrlhf.ValueLoss[clip_eps=0.5]': ('preset', 'openrlhf'),
     'openrlhf.ValueLoss[clip_eps=None]': ('pass', None),
-    'openrlhf.compute_approx_kl[k1]': ('preset', 'openrlhf, areal'),
+    'openrlhf.compute_approx_kl[k1]': ('preset', 'areal, openrlhf'),
     'openrlhf.compute_approx_kl[k1,loss batch]': ('pass', None),
     # unbiased_gradient=True is spec v1.1 kl_loss_term(gradient='unbiased') (models/utils.py:115-128): canonical on the
     # loss batch (no estimate beyond 10 for k1/k2), and its clamp at 10 = preset openrlhf (= verl's) where one is
     'openrlhf.compute_approx_kl[k1,loss batch,unbiased_gradient]': ('pass', None),
-    'openrlhf.compute_approx_kl[k1,unbiased_gradient]': ('preset', 'verl, openrlhf, skyrl, ms_swift'),
-    'openrlhf.compute_approx_kl[k2]': ('preset', 'openrlhf, areal'),
+    'openrlhf.compute_approx_kl[k1,unbiased_gradient]': ('preset', 'ms_swift, openrlhf, skyrl, verl'),
+    'openrlhf.compute_approx_kl[k2]': ('preset', 'areal, openrlhf'),
     'openrlhf.compute_approx_kl[k2,loss batch]': ('pass', None),
     'openrlhf.compute_approx_kl[k2,loss batch,unbiased_gradient]': ('pass', None),
-    'openrlhf.compute_approx_kl[k2,unbiased_gradient]': ('preset', 'verl, openrlhf, skyrl, ms_swift'),
-    'openrlhf.compute_approx_kl[k3]': ('preset', 'openrlhf, areal'),
+    'openrlhf.compute_approx_kl[k2,unbiased_gradient]': ('preset', 'ms_swift, openrlhf, skyrl, verl'),
+    'openrlhf.compute_approx_kl[k3]': ('preset', 'areal, openrlhf'),
     'openrlhf.compute_approx_kl[k3,loss batch]': ('preset', 'openrlhf'),
     'openrlhf.compute_approx_kl[k3,loss batch,unbiased_gradient]': ('preset', 'openrlhf'),
-    'openrlhf.compute_approx_kl[k3,unbiased_gradient]': ('preset', 'verl, openrlhf, skyrl, ms_swift'),
+    'openrlhf.compute_approx_kl[k3,unbiased_gradient]': ('preset', 'ms_swift, openrlhf, skyrl, verl'),
     'openrlhf.advantages[group_norm]': ('preset', 'openrlhf'),
     'openrlhf.advantages[dr_grpo]': ('pass', None),
     'openrlhf.advantages[rloo]': ('pass', None),
@@ -311,7 +312,7 @@ def test_unbiased_gradient_is_kl_loss_term_unbiased(adapter):
     np.testing.assert_allclose(adapter.approx_kl(lp, ref, m, old_logp=old, **kw), [[0.0, 10.0, 10.0]])
     np.testing.assert_allclose(adapter.approx_kl(lp, ref, m, old_logp=old, upstream=u, **kw), [[0.0, 36.0, 120.0]], rtol=1e-6)
     np.testing.assert_allclose(adapter.approx_kl(lp, ref, m, upstream=u, **kw), [[0.0, 12.0, 12.0]])
-    spec = {"estimator": "k1", "gradient": "unbiased", **oracle.presets.preset_kwargs("openrlhf", "kl_loss_term")}
+    spec = {"estimator": "k1", "gradient": "unbiased", **preset_kwargs("openrlhf", "kl_loss_term")}
     np.testing.assert_allclose(adapter.kl_loss_term_grad(lp, ref, m, old, u, estimator="k1", gradient="unbiased"),
                                oracle.kl_loss_term_grad(lp, ref, m, old, u, **spec), rtol=1e-6)
     with pytest.raises(NotImplementedError):  # no estimate-times-ratio form, no |d|

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import oracle
+from conformance.records.presets import homes, preset_kwargs
 from conformance.runner.loading import BUILTIN_ADAPTERS
 from tests.frameworks import pinned_rows
 
@@ -251,7 +252,7 @@ def test_cispo_is_the_clipped_ratio_on_the_graph(adapter):
     lp = np.array([[0.0, -1.0, -1.0]])
     old = lp - np.log(np.array([[1.0, 1.5, 1.1]]))
     A = np.array([2.0])
-    kw = oracle.presets.preset_kwargs("torchrl", "cispo_token_loss")
+    kw = preset_kwargs("torchrl", "cispo_token_loss")
     assert kw == {"eps_low": 0.2, "eps_high": 0.2, "surrogate": "ratio"}
     np.testing.assert_allclose(adapter.cispo_token_loss(lp, old, A, m, eps_low=0.2, eps_high=0.2), [[0.0, -2.4, -2.2]], rtol=1e-7)
     np.testing.assert_allclose(adapter.cispo_token_loss_grad(lp, old, A, m, np.ones((1, 3)), eps_low=0.2, eps_high=0.2),
@@ -267,7 +268,7 @@ def test_entropy_bonus_defaults(adapter):
     prompt_mean = the mean of the rows' token means (a row without tokens counts, with 0)."""
     H = np.array([[0.0, 1.0, 3.0, 0.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]])
     m = np.array([[False, True, True, False], [False, True, False, False], [False, False, False, False]])
-    kw = oracle.presets.REQUIRED_KEYWORD_DEFAULTS["torchrl"]["entropy_bonus"]
+    kw = homes()["torchrl"].REQUIRED_DEFAULTS["entropy_bonus"]
     assert adapter.entropy_bonus(H, m, **kw) == pytest.approx(-0.01 * 6.0 / 3.0)
     assert adapter.entropy_bonus(H, m, entropy_coef=0.01, mode="seq_mean_token_mean") == pytest.approx(-0.01 * (2.0 + 2.0) / 3.0)
 

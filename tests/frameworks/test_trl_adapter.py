@@ -93,7 +93,7 @@ def test_function_rows_pass(adapter, function):
 def test_grpo_advantages_row_is_preset_trl(adapter):
     row = check_row(BY_FUNCTION["grpo_advantages"], adapter, seeds=seeds_for("grpo_advantages", 0, N_SEEDS))
     assert row.status == "preset", row.message
-    assert row.matched_preset == "trl, ms_swift"  # ms-swift adds the same eps (its own preset)
+    assert row.matched_preset == "ms_swift, trl"  # ms-swift adds the same eps (its own preset)
     assert row.matched_kwargs == {"eps": 1e-4}
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import oracle
+from conformance.records.presets import preset_kwargs
 from conformance.runner.loading import BUILTIN_ADAPTERS
 from conformance.frameworks import subprocess_worker as sw
 from conformance.runner.run import load_adapters
@@ -253,8 +254,8 @@ EXTRA = {  # row id -> (status, matched preset)
     'verl.kl_penalty[k1]': ('pass', None),
     'verl.kl_penalty[mse]': ('pass', None),
     'verl.kl_penalty[k2]': ('pass', None),
-    'verl.kl_penalty[low_var_kl]': ('preset', 'verl, skyrl, ms_swift'),
-    'verl.kl_penalty[k3]': ('preset', 'verl, skyrl, ms_swift'),
+    'verl.kl_penalty[low_var_kl]': ('preset', 'ms_swift, skyrl, verl'),
+    'verl.kl_penalty[k3]': ('preset', 'ms_swift, skyrl, verl'),
     # spec v1.1 kl_loss_term (kl.loss): "abs" is estimator='abs', the "+" suffix gradient='straight_through'
     # (the estimator's value, the gradient of the unclamped ½d², core_algos.py:2200-2213): canonical, with
     # verl's k3 clamp on the value as preset verl (= OpenRLHF's clamp=10.0; decided by the golden vectors
@@ -263,12 +264,12 @@ EXTRA = {  # row id -> (status, matched preset)
     'verl.kl_penalty[abs+]': ('pass', None),
     'verl.kl_penalty[k1+]': ('pass', None),
     'verl.kl_penalty[k2+]': ('pass', None),
-    'verl.kl_penalty[k3+]': ('preset', 'verl, openrlhf, skyrl, ms_swift'),
-    'verl.kl_penalty[low_var_kl+]': ('preset', 'verl, openrlhf, skyrl, ms_swift'),
-    'verl.grpo_advantages[norm_adv_by_std_in_grpo=True]': ('preset', 'verl, skyrl'),  # + precision: epsilon added in float32
-    'verl.grpo_advantages[norm_adv_by_std_in_grpo=False]': ('preset', 'verl, skyrl'),
-    'verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=True]': ('preset', 'verl, skyrl'),
-    'verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=False]': ('preset', 'verl, skyrl'),
+    'verl.kl_penalty[k3+]': ('preset', 'ms_swift, openrlhf, skyrl, verl'),
+    'verl.kl_penalty[low_var_kl+]': ('preset', 'ms_swift, openrlhf, skyrl, verl'),
+    'verl.grpo_advantages[norm_adv_by_std_in_grpo=True]': ('preset', 'skyrl, verl'),  # + precision: epsilon added in float32
+    'verl.grpo_advantages[norm_adv_by_std_in_grpo=False]': ('preset', 'skyrl, verl'),
+    'verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=True]': ('preset', 'skyrl, verl'),
+    'verl.grpo_vectorized_advantages[norm_adv_by_std_in_grpo=False]': ('preset', 'skyrl, verl'),
     'verl.rloo_vectorized_advantages': ('pass', None),
     # spec v1.1: reinforce_plus_plus on the loss batch (garbage at masked positions, a masked tool token in
     # row 3): canonical at gamma 1 and 0.9 (the running return skips the tool token)
@@ -516,7 +517,7 @@ def test_plus_suffix_is_straight_through_on_the_raw_log_ratio(adapter):
     np.testing.assert_allclose(adapter.verl_kl_penalty(lp, ref, m, "k3+"), [[0.0, 10.0, 10.0, 0.0]], rtol=1e-12)
     np.testing.assert_allclose(adapter.verl_kl_penalty(lp, ref, m, "k3+", u), [[0.0, -3.0, 25.0, 0.0]], rtol=1e-12)
     assert adapter.verl_kl_penalty(lp, ref, m, "abs", u).tolist() == [[0.0, -1.0, 1.0, 0.0]]
-    kw = {**oracle.presets.preset_kwargs("verl", "kl_loss_term"), "gradient": "straight_through"}
+    kw = {**preset_kwargs("verl", "kl_loss_term"), "gradient": "straight_through"}
     np.testing.assert_allclose(adapter.kl_loss_term(lp, ref, m, gradient="straight_through"), oracle.kl_loss_term(lp, ref, m, **kw))
     np.testing.assert_allclose(adapter.kl_loss_term_grad(lp, ref, m, None, u, gradient="straight_through"),
                                oracle.kl_loss_term_grad(lp, ref, m, None, u, **kw))
@@ -765,7 +766,7 @@ def test_finding_geo_mean_is_a_row_mean_at_eps_0_2(adapter):
     for mode in ("token-mean", "seq-mean-token-mean", "token-sum"):
         loss = float(adapter.call("policy_loss", arrays, {"name": "geo_mean", "loss_agg_mode": mode})["outputs"]["loss"])
         assert loss == pytest.approx(-math.exp(0.15) / 2, rel=1e-7), mode
-    preset = oracle.presets.preset_kwargs("verl", "gmpo_token_loss")
+    preset = preset_kwargs("verl", "gmpo_token_loss")
     assert preset == {"eps_low": 0.2, "eps_high": 0.2}
     assert oracle.gmpo_token_loss(lp, old, A, m, **preset)[0, 1] == pytest.approx(-math.exp(0.15))
     assert oracle.gmpo_token_loss(lp, old, A, m)[0, 1] == pytest.approx(-math.exp(0.2))
@@ -804,7 +805,7 @@ def test_finding_dppo_weight_is_truncated_at_the_dual_clip_constant(adapter):
     assert out["clip_ratio_c"] == 3.0
     assert float(out["loss"]) == pytest.approx(3.0 * math.log(0.4), rel=1e-9)
     assert oracle.dppo_token_loss(lp, old, A, m)[0, 1] == pytest.approx(4.0 * math.log(0.4))
-    assert oracle.dppo_token_loss(lp, old, A, m, **oracle.presets.preset_kwargs("verl", "dppo_token_loss"))[0, 1] == pytest.approx(3.0 * math.log(0.4))
+    assert oracle.dppo_token_loss(lp, old, A, m, **preset_kwargs("verl", "dppo_token_loss"))[0, 1] == pytest.approx(3.0 * math.log(0.4))
 
 
 @pytest.mark.frameworks

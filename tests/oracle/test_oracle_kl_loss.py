@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import oracle
-from oracle.presets import NOT_EXPRESSIBLE, PRESETS, preset_kwargs
+from conformance.records.presets import preset_kwargs
+from tests.preset_tables import NOT_EXPRESSIBLE, PRESETS
 
 pytestmark = pytest.mark.filterwarnings("error")  # no overflow / invalid-value warning anywhere
 
@@ -300,7 +301,7 @@ def test_presets_and_not_expressible():
     assert PRESETS["trl"]["kl_loss_term"] == {"gradient": "bias_corrected"}
     assert PRESETS["verl"]["kl_loss_term"] == {"clamp": 10.0}
     assert PRESETS["openrlhf"]["kl_loss_term"] == {"clamp": 10.0}
-    assert preset_kwargs("verl", "kl_loss_term_grad") == {"clamp": 10.0}
+    assert preset_kwargs("verl", "kl_loss_term") == {"clamp": 10.0}
     # the v1 lines kl.loss now expresses are gone; TRL's sequence-level ratio is what remains
     for fw in ("trl", "verl", "openrlhf"):
         assert "kl_penalty" not in NOT_EXPRESSIBLE[fw]

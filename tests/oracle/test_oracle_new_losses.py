@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import oracle
-from oracle.presets import NOT_EXPRESSIBLE, PRESETS, preset_kwargs
+from conformance.records.presets import preset_kwargs
+from tests.preset_tables import NOT_EXPRESSIBLE, PRESETS
 
 pytestmark = pytest.mark.filterwarnings("error")  # no overflow / invalid-value warning anywhere
 
@@ -610,7 +611,7 @@ def test_presets_and_not_expressible():
     for fw, fn in (("trl", "sapo_token_loss"), ("trl", "gmpo_token_loss"), ("areal", "sapo_token_loss")):
         assert fn not in PRESETS[fw]
         assert preset_kwargs(fw, fn) == {}
-    assert preset_kwargs("verl", "dppo_token_loss_grad") == {"ratio_cap": 3.0, "log_ratio_clamp": 20.0}
+    assert preset_kwargs("verl", "dppo_token_loss") == {"ratio_cap": 3.0, "log_ratio_clamp": 20.0}
     for fw in ("trl", "verl", "areal"):
         assert "sapo_token_loss" in NOT_EXPRESSIBLE[fw]
     assert "dppo_token_loss" in NOT_EXPRESSIBLE["verl"] and "gmpo_token_loss" in NOT_EXPRESSIBLE["verl"]

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import oracle
-from oracle import presets
+from conformance.records.presets import preset_kwargs
+from tests.preset_tables import PRESETS
 
 L = math.log
 GARBAGE = [np.nan, np.inf, -np.inf, 1e30, -1e30]
@@ -609,17 +610,17 @@ def _v11_call(function, kw):
 
 def test_presets_of_v11_functions_are_accepted_by_the_oracle():
     seen = 0
-    for name, table in presets.PRESETS.items():
+    for name, table in PRESETS.items():
         for function in V11:
             if function in table:
                 seen += 1
                 _v11_call(function, dict(table[function]))
-                assert presets.preset_kwargs(name, function) == table[function]
+                assert preset_kwargs(name, function) == table[function]
     assert seen >= 7
-    assert presets.preset_kwargs("trl", "rollout_is_weights") == {"level": "sequence", "mode": "mask", "hi": 3.0}
-    assert presets.preset_kwargs("verl", "rollout_is_weights") == {"log_ratio_clamp": 20.0}
-    assert presets.preset_kwargs("verl", "decoupled_ppo_token_loss_grad") == {"dual_clip": 3.0, "behav_cap": 2.0}
-    assert presets.preset_kwargs("areal", "rollout_rejection_mask") == {"kl_of": "old_rollout", "hi": 5.0}
+    assert preset_kwargs("trl", "rollout_is_weights") == {"level": "sequence", "mode": "mask", "hi": 3.0}
+    assert preset_kwargs("verl", "rollout_is_weights") == {"log_ratio_clamp": 20.0}
+    assert preset_kwargs("verl", "decoupled_ppo_token_loss") == {"dual_clip": 3.0, "behav_cap": 2.0}
+    assert preset_kwargs("areal", "rollout_rejection_mask") == {"kl_of": "old_rollout", "hi": 5.0}
 
 
 # ================================================================================================

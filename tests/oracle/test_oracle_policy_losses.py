@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import oracle
-from oracle.presets import preset_kwargs
+from conformance.records.presets import preset_kwargs
 
 GARBAGE = [np.nan, np.inf, -np.inf, 1e30, -1e30]
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import oracle
-from oracle.presets import NOT_EXPRESSIBLE, PRESETS, SCOPE, preset_kwargs
+from conformance.records.presets import preset_kwargs
+from tests.preset_tables import NOT_EXPRESSIBLE, PRESETS, SCOPE
 
 pytestmark = pytest.mark.filterwarnings("error")  # no division or invalid-value warning anywhere
 

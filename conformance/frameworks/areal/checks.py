@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 import oracle
+from conformance.records.presets import preset_kwargs
 from conformance.runner.composite import Candidate, FunctionView, composition_row, fixed_row, loss_tolerances
 from conformance.records.pieces import Piece, compose, fmt, policy_piece
 from conformance.frameworks.loss_batch import loss_batch, round_batch, value_loss_candidates
@@ -235,7 +236,7 @@ def decoupled_rows(adapter: Any, seed: int) -> list[RowResult]:
         formula = (f"corrected_policy_loss(logp, prox, is_weights=rollout_is_weights(prox, behav, {fmt(is_kw)}), keep_mask="
                    f"{'mask' if rs_kw is None else f'rollout_rejection_mask(prox, behav, {fmt(rs_kw)})'}, mode='token_mean'")
         cands = [Candidate("canonical", formula + ")", _corrected(b, prox, is_kw, rs_kw))]
-        preset = oracle.presets.preset_kwargs("areal", "corrected_policy_loss")
+        preset = preset_kwargs("areal", "corrected_policy_loss")
         if preset:
             cands.append(Candidate(fmt(preset), f"{formula}, {fmt(preset)})", _corrected(b, prox, is_kw, rs_kw, **preset),
                                    preset="areal", kwargs=preset))
@@ -279,7 +280,7 @@ def grpo_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
                "hi=5.0), mode='token_mean'")
     bb = {**b, "behav_logp": behav}
     cands = [Candidate("canonical", formula + ")", _corrected(bb, prox, {"mode": "mask", "hi": 5.0}, {"hi": 5.0}))]
-    preset = oracle.presets.preset_kwargs("areal", "corrected_policy_loss")
+    preset = preset_kwargs("areal", "corrected_policy_loss")
     if preset:
         cands.append(Candidate(fmt(preset), f"{formula}, {fmt(preset)})",
                                _corrected(bb, prox, {"mode": "mask", "hi": 5.0}, {"hi": 5.0}, **preset), preset="areal",
@@ -350,7 +351,7 @@ def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
             return {"advantages": np.where(m, a[:, None], 0.0), "returns": np.where(m, a[:, None], 0.0)}
         return ev
 
-    preset = oracle.presets.preset_kwargs("areal", "grpo_advantages")
+    preset = preset_kwargs("areal", "grpo_advantages")
     cands = [Candidate("canonical", "grpo_advantages(rewards, 3) on every valid token (gae with gamma = lam = 1, V = 0)", grpo())]
     if preset:
         cands.append(Candidate(fmt(preset), f"grpo_advantages(rewards, 3, {fmt(preset)}) on every valid token", grpo(**preset),
@@ -379,7 +380,7 @@ def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
             return _gae_of(r, vb, m, **gkw)
 
         what = "ref_logp" if ref else "ref_logp = 0 (no reference model: actor.py:192-194)"
-        kl_preset = oracle.presets.preset_kwargs("areal", "kl_penalty")
+        kl_preset = preset_kwargs("areal", "kl_penalty")
         cands = [Candidate("canonical", f"gae(rlhf_token_rewards(scores, old_logp, {what}, kl_coef=0.1, estimator={est!r}), "
                                         f"values, {fmt(gkw)})", ppo)]
         if kl_preset:
@@ -403,7 +404,7 @@ def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
             return {"advantages": oracle.whiten(adv, m, **kw)}
         return ev
 
-    preset = oracle.presets.preset_kwargs("areal", "whiten")
+    preset = preset_kwargs("areal", "whiten")
     cands = [Candidate("canonical", "whiten(gae(rlhf_token_rewards(..., kl_coef=0.1), values).advantages)", whitened())]
     if preset:
         cands.append(Candidate(fmt(preset), f"whiten(gae(...).advantages, {fmt(preset)})", whitened(**preset), preset="areal",

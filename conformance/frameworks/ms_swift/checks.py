@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 import oracle
+from conformance.records.presets import preset_kwargs
 from conformance.records import cases
 from conformance.runner.composite import Candidate, composition_row, loss_tolerances, value_and_grad_tolerances
 from conformance.records.pieces import Piece, broadcast_advantages, compose, fmt, policy_piece, scaled
@@ -176,7 +177,7 @@ def loss_row(adapter: Any, seed: int, loss_type: str, *, settings: dict[str, Any
         return lambda: compose(policy_piece(function, b["logp"], b, **kwargs), m, agg, "grad[logp]")
 
     cands = [Candidate("canonical", f"aggregate({function}({fmt(asked)}), {fmt(agg)})", ev(asked))]
-    preset = {**oracle.presets.preset_kwargs("ms_swift", function), **asked}
+    preset = {**preset_kwargs("ms_swift", function), **asked}
     if preset != asked:
         cands.append(Candidate(fmt({k: v for k, v in preset.items() if asked.get(k, object()) != v}),
                                f"aggregate({function}({fmt(preset)}), {fmt(agg)})", ev(preset), preset="ms_swift", kwargs=preset))
@@ -227,7 +228,7 @@ def kl_row(adapter: Any, seed: int, loss_type: str, *, entropy: float | None = N
         return lambda: compose(_plus(scaled(policy_piece("ppo_token_loss", b["logp"], b), keep), _kl_piece(b, **kl), BETA),
                                m, agg, "grad[logp]")
 
-    preset = {k: v for k, v in oracle.presets.preset_kwargs("ms_swift", "kl_penalty").items() if k != "estimator"}
+    preset = {k: v for k, v in preset_kwargs("ms_swift", "kl_penalty").items() if k != "estimator"}
     masked = "" if entropy is None else f" · entropy_top_mask(H, rho={entropy})"
     cands = [Candidate("canonical", f"aggregate(ppo_token_loss(){masked} + {BETA}·kl_penalty(k3), {fmt(agg)})", ev({})),
              Candidate(fmt(preset), f"aggregate(ppo_token_loss(){masked} + {BETA}·kl_penalty(k3, {fmt(preset)}), {fmt(agg)})",
@@ -332,7 +333,7 @@ def corrected_row(adapter: Any, seed: int, loss_type: str, *, is_mode: str | Non
     w = IS_MODES[is_mode](b["old_logp"], b["rollout_logp"], m) if is_mode else m.astype(float)
     keep = oracle.off_policy_sequence_mask(b["logp"], old_policy, b["advantages"], m, threshold=delta) if opsm else m
     base = {"kl_coef": beta, **_agg(loss_type, m)}
-    preset = {**base, **oracle.presets.preset_kwargs("ms_swift", "corrected_policy_loss")}
+    preset = {**base, **preset_kwargs("ms_swift", "corrected_policy_loss")}
     what = " · ".join(x for x in (IS_FORMULA[is_mode] if is_mode else "",
                                    f"off_policy_sequence_mask(threshold=δ={delta:.4g})" if opsm else "") if x)
     cands = [Candidate("canonical", f"corrected_policy_loss(w, keep = {what}; {fmt(base)})", _corrected(b, w, keep, base))]

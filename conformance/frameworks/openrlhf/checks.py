@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 import oracle
+from conformance.records.presets import preset_kwargs
 from conformance.frameworks.loss_batch import B, loss_batch, loss_call, mean_over_ranks, round_batch, upstream_for, value_loss_candidates
 from conformance.runner.composite import Candidate, FunctionView, composition_row, fixed_row, loss_tolerances, value_and_grad_tolerances
 from conformance.records.pieces import Piece, aggregate_eval, broadcast_advantages, compose, fmt, policy_piece
@@ -134,7 +135,7 @@ def policy_row(adapter: Any, seed: int, init: dict[str, Any], asked: dict[str, A
         r = adapter.call("policy_loss", arrays, {"init": init, **info}, wrt=["log_probs"], upstream={"loss": 1.0})
         return {"value": r["outputs"]["loss"], "grad[logp]": r["grads"]["log_probs"]}
 
-    preset = {**oracle.presets.preset_kwargs("openrlhf", function), **asked}
+    preset = {**preset_kwargs("openrlhf", function), **asked}
     cands = []
     for rows_with_tokens in ((False, True) if not token_level else (False,)):
         agg = _spec_agg(token_level, info, m, rows_with_tokens=rows_with_tokens)
@@ -249,7 +250,7 @@ def kl_batch_row(adapter: Any, seed: int, est: str, *, unbiased: bool) -> RowRes
 
     name = "kl_loss_term(gradient='unbiased', " if unbiased else "kl_penalty("
     canonical = {"estimator": est}
-    clamp = oracle.presets.preset_kwargs("openrlhf", "kl_penalty")
+    clamp = preset_kwargs("openrlhf", "kl_penalty")
     preset = {**canonical, **clamp}
     cands = [Candidate("canonical", f"{name}{fmt(canonical)})", ev(canonical)),
              Candidate(fmt(clamp), f"{name}{fmt(preset)})", ev(preset), preset="openrlhf", kwargs=dict(clamp))]
@@ -287,7 +288,7 @@ def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
 
 
 KL_COEF = 0.05  # a KL coefficient for the rows that fold the KL reward in (--algo.kl.init_coef is 0.01)
-RPP_PRESET = oracle.presets.preset_kwargs("openrlhf", "reinforce_pp_advantages")
+RPP_PRESET = preset_kwargs("openrlhf", "reinforce_pp_advantages")
 
 
 def reinforce_row(adapter: Any, seed: int, gamma: float, kl_coef: float) -> RowResult:
@@ -323,8 +324,8 @@ def reinforce_row(adapter: Any, seed: int, gamma: float, kl_coef: float) -> RowR
                            "openrlhf.compute_advantages_and_returns", adapter, got, cands, tol, seed=seed)
 
 
-WHITEN_PRESET = oracle.presets.preset_kwargs("openrlhf", "whiten")
-RPPB_PRESET = oracle.presets.preset_kwargs("openrlhf", "reinforce_pp_baseline_advantages")
+WHITEN_PRESET = preset_kwargs("openrlhf", "whiten")
+RPPB_PRESET = preset_kwargs("openrlhf", "reinforce_pp_baseline_advantages")
 
 
 def reinforce_baseline_row(adapter: Any, seed: int, G: int = 2) -> RowResult:
@@ -514,8 +515,8 @@ def corrected_policy_row(adapter: Any, seed: int, level: str, mode: str, asked: 
     def is_w(kw: dict[str, Any]) -> Any:
         return lambda: oracle.rollout_is_weights(old, roll, m, **kw)
 
-    ppo_preset = oracle.presets.preset_kwargs("openrlhf", "ppo_token_loss")
-    w_preset = {**oracle.presets.preset_kwargs("openrlhf", "rollout_is_weights"), **asked}
+    ppo_preset = preset_kwargs("openrlhf", "ppo_token_loss")
+    w_preset = {**preset_kwargs("openrlhf", "rollout_is_weights"), **asked}
     agg_txt = fmt(agg)
     cands = [Candidate("canonical", f"aggregate(rollout_is_weights({fmt(asked)}) * ppo_token_loss(), {agg_txt})", ev(is_w(asked), {}))]
     if w_preset != asked:

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 import oracle
+from conformance.records.presets import preset_kwargs
 from conformance.frameworks.loss_batch import NP, loss_batch, round_batch, value_loss_candidates
 from conformance.runner.composite import Candidate, composition_row, loss_tolerances
 from conformance.records.pieces import Piece, broadcast_advantages, fmt, policy_piece, scaled
@@ -230,7 +231,7 @@ def policy_row(adapter: Any, seed: int, name: str, reduction: str, function: str
     For ``clip_cov`` and ``kl_cov`` a FAIL is diagnosed against the same composition on the scaled advantages."""
     config, asked = dict(config or {}), dict(asked or {})
     preset_fn = "clip_cov_mask" if function == "clip_cov" else function
-    preset = {**oracle.presets.preset_kwargs("skyrl", preset_fn), **asked}
+    preset = {**preset_kwargs("skyrl", preset_fn), **asked}
     mu = "rollout_logp" if rollout else "old_logp"
     b = policy_batch(seed, preset_fn, [asked, preset], reduction, per_token_advantages, rollout)
     m = b["mask"]
@@ -483,8 +484,8 @@ def worker_loss_row(adapter: Any, seed: int, reduction: str, estimator: str) -> 
         return {"value": oracle.policy_loss(lp, old, ref, A, m, **kw), "grad[logp]": oracle.policy_loss_grad(lp, old, ref, A, m, 1.0, **kw)}
 
     def skyrl() -> dict[str, Any]:
-        ppo = reduced(_piece("ppo_token_loss", b, **oracle.presets.preset_kwargs("skyrl", "ppo_token_loss")), m, reduction)
-        kl_kw = {**oracle.presets.preset_kwargs("skyrl", "kl_penalty"), "estimator": estimator}
+        ppo = reduced(_piece("ppo_token_loss", b, **preset_kwargs("skyrl", "ppo_token_loss")), m, reduction)
+        kl_kw = {**preset_kwargs("skyrl", "kl_penalty"), "estimator": estimator}
         if estimator != "k3":
             kl_kw = {"estimator": estimator}
         kl = oracle.kl_penalty(lp, ref, m, **kl_kw)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 import oracle
+from conformance.records.presets import preset_kwargs
 from conformance.runner.composite import Candidate, FunctionView, composition_row, fixed_row
 from conformance.records.pieces import fmt
 from conformance.runner.rows import RowResult
@@ -267,7 +268,7 @@ def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
     lp = oracle.token_logprobs(z64, batch["tokens"], batch["mask"])
     keep = oracle.rollout_rejection_mask(lp, batch["old_logp"].astype(np.float64), batch["mask"], statistic="k2",
                                          hi=KL_MASK_THRESHOLD)
-    torchrl_cispo = oracle.presets.preset_kwargs("torchrl", "cispo_token_loss")
+    torchrl_cispo = preset_kwargs("torchrl", "cispo_token_loss")
     return [
         loss_row(adapter, batch, seed, "GRPOLoss", {}, candidates=ppo),
         loss_row(adapter, batch, seed, "DAPO", {"clip_epsilon": [0.2, 0.28]},

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 import oracle
+from conformance.records.presets import preset_kwargs
 from conformance.runner.composite import Candidate, composition_row, loss_tolerances
 from conformance.records.pieces import aggregate_eval, broadcast_advantages, compose, fmt, policy_piece, value_piece
 from conformance.frameworks.loss_batch import loss_batch, round_batch
@@ -103,8 +104,8 @@ def ppo_loss_row(adapter: Any, seed: int, init: dict[str, Any], asked: dict[str,
         ppo, value = split(kw)
         return lambda: ppo_loss_value(batch, ppo, value, coeff)
 
-    preset = {**oracle.presets.preset_kwargs("torchtune", "ppo_token_loss"),
-              **oracle.presets.preset_kwargs("torchtune", "value_token_loss"), **asked}
+    preset = {**preset_kwargs("torchtune", "ppo_token_loss"),
+              **preset_kwargs("torchtune", "value_token_loss"), **asked}
     formula = "aggregate(ppo_token_loss({}), token_mean) + {} * aggregate(value_token_loss({}), token_mean)"
     cands = [Candidate("canonical", formula.format(fmt(split(asked)[0]), coeff, fmt(split(asked)[1])), ev(asked))]
     if preset != asked:
@@ -139,7 +140,7 @@ def estimate_advantages_row(adapter: Any, seed: int, gamma: float, lam: float) -
             return {"advantages": oracle.whiten(A, m, **whiten_kw), "returns": R}
         return run
 
-    preset = oracle.presets.preset_kwargs("torchtune", "whiten")
+    preset = preset_kwargs("torchtune", "whiten")
     cands = [Candidate("canonical", f"(whiten(gae({fmt(kw)}).advantages, mask), gae(...).returns)", ev({})),
              Candidate(fmt(preset), f"(whiten(gae({fmt(kw)}).advantages, mask, {fmt(preset)}), gae(...).returns)", ev(preset),
                        preset="torchtune", kwargs=preset)]
@@ -159,7 +160,7 @@ def whiten_default_row(adapter: Any, seed: int) -> RowResult:
         out = adapter.call("whiten", {"x": _f32(x), "mask": m}, {"shift_mean": True})["outputs"]["out"]
         return {"value": np.where(m, out, 0.0)}
 
-    preset = oracle.presets.preset_kwargs("torchtune", "whiten")
+    preset = preset_kwargs("torchtune", "whiten")
     cands = [Candidate("canonical", "whiten(x, mask)", lambda: {"value": oracle.whiten(x, m)}),
              Candidate(fmt(preset), f"whiten(x, mask, {fmt(preset)})", lambda: {"value": oracle.whiten(x, m, **preset)},
                        preset="torchtune", kwargs=preset)]
@@ -244,7 +245,7 @@ def recipe_rows(adapter: Any, seed: int) -> list[RowResult]:
         return [row]
     m, ext = b["mask"], b["mask_ext"]
     gl = {"gamma": RECIPE["gamma"], "lam": RECIPE["lmbda"]}
-    shift = oracle.presets.preset_kwargs("torchtune", "whiten")
+    shift = preset_kwargs("torchtune", "whiten")
     note = "(score at value_seq_idxs: the position after the last valid token unless the row has one token or fills max_generated_tokens)"
     rows = [composition_row(
         "torchtune.recipe.rewards", "reward.rlhf", "torchtune.rlhf.get_rewards_ppo", adapter,

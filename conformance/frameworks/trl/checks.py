@@ -92,6 +92,7 @@ import numpy as np
 import torch
 
 import oracle
+from conformance.records.presets import preset_kwargs
 from conformance.frameworks.trl.adapter import is_mode_to_spec
 from conformance.records import cases, inputs, make_case
 from conformance.records.pieces import Piece, scaled
@@ -439,7 +440,7 @@ def _policy_options(run: dict[str, Any], on_policy: bool) -> list[_Option]:
         # no importance-sampling ratio enters w (:3000-3004).
         kw = {k: float(run.get(f"vespo_{k}", default))
               for k, default in (("k_pos", 2.0), ("lambda_pos", 3.0), ("k_neg", 3.0), ("lambda_neg", 2.0))}
-        clamps = dict(oracle.PRESETS["trl"]["vespo_token_loss"])
+        clamps = preset_kwargs("trl", "vespo_token_loss")
         return [
             _Option("", None, {}, f"vespo_token_loss({_kw_text(kw)})", "loss.vespo",
                     policy=lambda lp: vespo_piece(lp, old, A, m, **kw)),

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 import oracle
+from conformance.records.presets import preset_kwargs
 from conformance.records import cases, make_case
 from conformance.frameworks import spec_io as io
 from conformance.frameworks.loss_batch import NP, loss_batch, loss_call, loss_mask, mean_over_ranks, round_batch, value_loss_candidates
@@ -185,7 +186,7 @@ def policy_row(adapter: Any, seed: int, name: str, mode: str, *, config: dict[st
     def ev(kwargs: dict[str, Any]) -> Any:
         return lambda: compose(policy_piece(function, batch["logp"], batch, **kwargs), m, agg, "grad[logp]")
 
-    preset = {**oracle.presets.preset_kwargs("verl", function), **asked}
+    preset = {**preset_kwargs("verl", function), **asked}
     cands = [Candidate("canonical", f"aggregate({function}({fmt(asked)}), {fmt(agg)})", ev(asked))]
     if preset != asked:
         cands.append(Candidate(fmt({k: v for k, v in preset.items() if asked.get(k, object()) != v}), f"aggregate({function}({fmt(preset)}), {fmt(agg)})",
@@ -300,7 +301,7 @@ def modern_policy_row(adapter: Any, seed: int, name: str, mode: str, *, config: 
     config, policy_loss = dict(config or {}), dict(policy_loss or {})
     function, spec_id, implied = MODERN[name]
     asked = {**implied, **(asked or {})}
-    preset = {**oracle.presets.preset_kwargs("verl", function), **asked}
+    preset = {**preset_kwargs("verl", function), **asked}
     batch = _modern_batch(seed, function, asked, preset, per_token_advantages)
     m = batch["mask"]
     kw, agg = _global(mode, m, True)
@@ -692,7 +693,7 @@ def otb_row(adapter: Any, seed: int, name: str, weighted: bool) -> RowResult:
         return run
 
     asked = f"align={align!r}" + (", is_weights" if weighted else "")
-    preset = oracle.presets.preset_kwargs("verl", "optimal_token_baseline_advantages")
+    preset = preset_kwargs("verl", "optimal_token_baseline_advantages")
     cands = [Candidate("canonical", f"optimal_token_baseline_advantages({asked})", ev({}))]
     cands += [Candidate(fmt(kw), f"optimal_token_baseline_advantages({asked}, {fmt(kw)})", ev(kw),
                         preset="verl" if kw == preset else None, kwargs=kw)
@@ -955,7 +956,7 @@ def decoupled_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
         return ev
 
     asked = {"behav_cap": 2.0}
-    preset = {**oracle.presets.preset_kwargs("verl", "decoupled_ppo_token_loss"), **asked}
+    preset = {**preset_kwargs("verl", "decoupled_ppo_token_loss"), **asked}
     cands = [Candidate("canonical", f"aggregate(decoupled_ppo_token_loss({fmt(asked)}), {fmt(agg)})", dec(**asked))]
     cands.append(Candidate(fmt({k: v for k, v in preset.items() if k not in asked}),
                            f"aggregate(decoupled_ppo_token_loss({fmt(preset)}), {fmt(agg)})", dec(**preset), preset="verl",
@@ -970,8 +971,8 @@ def decoupled_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
             return compose(_weighted(_ppo_piece(lp, old, b, **ppo_kw), w), m, agg, "grad[logp]")
         return ev
 
-    ppo_preset = oracle.presets.preset_kwargs("verl", "ppo_token_loss")
-    is_preset = oracle.presets.preset_kwargs("verl", "rollout_is_weights")
+    ppo_preset = preset_kwargs("verl", "ppo_token_loss")
+    is_preset = preset_kwargs("verl", "rollout_is_weights")
     formula = "aggregate(ppo_token_loss(logp, old{}) * rollout_is_weights(old, rollout, level='sequence', hi=2.0{}), {})"
     cands = [Candidate("canonical", formula.format("", "", fmt(agg)), seq({}, {})),
              Candidate(f"ppo_token_loss({fmt(ppo_preset)}), rollout_is_weights({fmt(is_preset)})",
@@ -1008,7 +1009,7 @@ def bypass_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
     def clip(ppo_kw: dict[str, Any]) -> Any:
         return lambda: compose(_weighted(_ppo_piece(lp, ro, b, **ppo_kw), keep), m, agg, "grad[logp]")
 
-    ppo_preset = oracle.presets.preset_kwargs("verl", "ppo_token_loss")
+    ppo_preset = preset_kwargs("verl", "ppo_token_loss")
     formula = "aggregate(ppo_token_loss(logp, rollout{}) * rollout_rejection_mask(logp, rollout, {}), {})"
     cands = [Candidate("canonical", formula.format("", fmt(rs_kw), fmt(agg)), clip({})),
              Candidate(fmt(ppo_preset), formula.format(", " + fmt(ppo_preset), fmt(rs_kw), fmt(agg)), clip(ppo_preset),
@@ -1027,7 +1028,7 @@ def bypass_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
             return compose(_weighted(piece, w), m, agg, "grad[logp]")
         return ev
 
-    is_preset = oracle.presets.preset_kwargs("verl", "rollout_is_weights")
+    is_preset = preset_kwargs("verl", "rollout_is_weights")
     formula = "aggregate(pg_token_loss(logp) * rollout_is_weights(logp, rollout, level='sequence', hi=2.0{}), {})"
     cands = [Candidate("canonical", formula.format("", fmt(agg)), pg({})),
              Candidate(fmt(is_preset), formula.format(", " + fmt(is_preset), fmt(agg)), pg(is_preset), preset="verl", kwargs=is_preset)]
