@@ -25,7 +25,7 @@ from oracle.validation import (
     to_float64,
 )
 
-__all__ = ["policy_loss", "policy_loss_grad", "corrected_policy_loss", "corrected_policy_loss_grad", "REJECTED"]
+__all__ = ["policy_loss", "policy_loss_grad", "corrected_policy_loss", "corrected_policy_loss_grad"]
 
 
 def _inputs(fn, logp, old_logp, ref_logp, advantages, mask, kl_coef, kl_estimator, mode, *, eps_low, eps_high,

@@ -29,14 +29,8 @@ from oracle.validation import (
 from oracle.whiten import whiten
 
 __all__ = [
-    "reinforce_pp_advantages",
-    "reinforce_pp_baseline_advantages",
-    "remax_advantages",
-    "opo_advantages",
-    "grpo_passk_advantages",
-    "gdpo_advantages",
-    "maxrl_advantages",
-    "gpg_advantages",
+    "reinforce_pp_advantages", "reinforce_pp_baseline_advantages", "remax_advantages", "opo_advantages",
+    "grpo_passk_advantages", "gdpo_advantages", "maxrl_advantages", "gpg_advantages",
     "optimal_token_baseline_advantages",
 ]
 

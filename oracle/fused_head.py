@@ -24,9 +24,7 @@ from oracle.validation import (
 )
 
 __all__ = [
-    "token_logprobs_from_hidden",
-    "token_logprobs_from_hidden_grad",
-    "token_entropy_from_hidden",
+    "token_logprobs_from_hidden", "token_logprobs_from_hidden_grad", "token_entropy_from_hidden",
     "token_entropy_from_hidden_grad",
 ]
 

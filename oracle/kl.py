@@ -32,17 +32,7 @@ from oracle.validation import (
     to_float64,
 )
 
-__all__ = [
-    "kl_penalty",
-    "kl_penalty_grad",
-    "KL_ESTIMATORS",
-    "kl_estimate",
-    "kl_estimate_derivative",
-    "kl_loss_term",
-    "kl_loss_term_grad",
-    "KL_LOSS_ESTIMATORS",
-    "KL_GRADIENTS",
-]
+__all__ = ["kl_penalty", "kl_penalty_grad", "KL_ESTIMATORS", "kl_loss_term", "kl_loss_term_grad"]
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 KL_LOSS_ESTIMATORS = ("k1", "k2", "k3", "abs")  # kl.loss (spec v1.1) also takes verl's "abs"

@@ -22,13 +22,7 @@ from oracle.validation import (
     to_float64,
 )
 
-__all__ = [
-    "log_softmax",
-    "token_logprobs",
-    "token_logprobs_grad",
-    "token_entropy",
-    "token_entropy_grad",
-]
+__all__ = ["token_logprobs", "token_logprobs_grad", "token_entropy", "token_entropy_grad"]
 
 
 def log_softmax(z: np.ndarray, temperature: float) -> np.ndarray:

@@ -43,21 +43,8 @@ from oracle.validation import (
 )
 
 __all__ = [
-    "IS_LEVELS",
-    "IS_SEQ_STATS",
-    "IS_MODES",
-    "REJECTION_STATISTICS",
-    "REJECTION_LEVELS",
-    "KL_OF",
-    "BEHAV_MODES",
-    "PROXIMAL_METHODS",
-    "BATCH_NORMALIZE_MIN_MEAN",
-    "rollout_is_weights",
-    "rollout_rejection_mask",
-    "decoupled_ppo_token_loss",
-    "decoupled_ppo_token_loss_grad",
-    "proximal_logp_interpolation",
-    "off_policy_sequence_mask",
+    "rollout_is_weights", "rollout_rejection_mask", "decoupled_ppo_token_loss",
+    "decoupled_ppo_token_loss_grad", "proximal_logp_interpolation", "off_policy_sequence_mask",
 ]
 
 IS_LEVELS = ("token", "sequence")

@@ -31,24 +31,10 @@ from oracle.validation import (
 )
 
 __all__ = [
-    "vespo_token_loss",
-    "vespo_token_loss_grad",
-    "pg_token_loss",
-    "pg_token_loss_grad",
-    "ppo_token_loss",
-    "ppo_token_loss_grad",
-    "gspo_token_loss",
-    "gspo_token_loss_grad",
-    "cispo_token_loss",
-    "cispo_token_loss_grad",
-    # spec v1.1: policy losses of 2025-26
-    "sapo_token_loss",
-    "sapo_token_loss_grad",
-    "gmpo_token_loss",
-    "gmpo_token_loss_grad",
-    "dppo_token_loss",
-    "dppo_token_loss_grad",
-    "dro_token_loss",
+    "vespo_token_loss", "vespo_token_loss_grad", "pg_token_loss", "pg_token_loss_grad", "ppo_token_loss",
+    "ppo_token_loss_grad", "gspo_token_loss", "gspo_token_loss_grad", "cispo_token_loss",
+    "cispo_token_loss_grad", "sapo_token_loss", "sapo_token_loss_grad", "gmpo_token_loss",
+    "gmpo_token_loss_grad", "dppo_token_loss", "dppo_token_loss_grad", "dro_token_loss",
     "dro_token_loss_grad",
 ]
 

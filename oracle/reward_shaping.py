@@ -19,7 +19,7 @@ from oracle.validation import (
     to_float64,
 )
 
-__all__ = ["OVERLONG_BEYOND", "overlong_penalty", "shaped_rewards"]
+__all__ = ["overlong_penalty", "shaped_rewards"]
 
 # What the penalty does for a completion longer than max_length: "floor" stays at -factor (DAPO
 # eq. 13, TRL, OpenRLHF), "linear" continues the line (verl, AReaL, ms-swift).

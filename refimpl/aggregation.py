@@ -21,7 +21,7 @@ from refimpl.validation import (
     compute_dtypes,
 )
 
-__all__ = ["aggregate", "global_counts", "AGGREGATION_MODES"]
+__all__ = ["aggregate", "global_counts"]
 
 AGGREGATION_MODES = (
     "token_mean",

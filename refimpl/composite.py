@@ -18,7 +18,7 @@ from refimpl.validation import (
     errors_as,
 )
 
-__all__ = ["policy_loss", "corrected_policy_loss", "REJECTED"]
+__all__ = ["policy_loss", "corrected_policy_loss"]
 
 REJECTED = ("drop", "zero")
 

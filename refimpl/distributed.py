@@ -45,11 +45,7 @@ from refimpl.aggregation import AGGREGATION_MODES, aggregate
 from refimpl.validation import check_choice, check_int, check_mask, errors_as
 from refimpl.vocab_parallel import comm_device, group_size
 
-__all__ = [
-    "StepCounts",
-    "step_counts",
-    "micro_batch_loss",
-]
+__all__ = ["StepCounts", "step_counts", "micro_batch_loss"]
 
 
 @dataclass(frozen=True)

@@ -32,14 +32,8 @@ from refimpl.validation import (
 )
 
 __all__ = [
-    "reinforce_pp_advantages",
-    "reinforce_pp_baseline_advantages",
-    "remax_advantages",
-    "opo_advantages",
-    "grpo_passk_advantages",
-    "gdpo_advantages",
-    "maxrl_advantages",
-    "gpg_advantages",
+    "reinforce_pp_advantages", "reinforce_pp_baseline_advantages", "remax_advantages", "opo_advantages",
+    "grpo_passk_advantages", "gdpo_advantages", "maxrl_advantages", "gpg_advantages",
     "optimal_token_baseline_advantages",
 ]
 

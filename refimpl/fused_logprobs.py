@@ -56,9 +56,7 @@ from refimpl.validation import (
 )
 
 __all__ = [
-    "token_logprobs_from_hidden",
-    "token_entropy_from_hidden",
-    "token_logprobs_and_entropy_from_hidden",
+    "token_logprobs_from_hidden", "token_entropy_from_hidden", "token_logprobs_and_entropy_from_hidden",
 ]
 
 # Default tiles: at most 1024 tokens × 2048 vocabulary entries, and the float tile buffers of one call

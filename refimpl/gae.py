@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from refimpl.masking import masked
 from refimpl.validation import check_finite, check_mask, check_real, check_token_array, compute_dtypes
 
-__all__ = ["gae", "discounted_reverse_cumsum"]
+__all__ = ["gae"]
 
 _BLOCK = 16
 # Elements per row chunk on CPU (4 MiB per float32 buffer): bounds the buffers' memory for large

@@ -15,7 +15,7 @@ from refimpl.validation import (
     compute_dtypes,
 )
 
-__all__ = ["kl_penalty", "KL_ESTIMATORS", "kl_loss_term", "KL_LOSS_ESTIMATORS", "KL_GRADIENTS"]
+__all__ = ["kl_penalty", "kl_loss_term"]
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 KL_LOSS_ESTIMATORS = ("k1", "k2", "k3", "abs")  # kl.loss also takes verl's "abs"

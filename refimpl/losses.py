@@ -28,17 +28,8 @@ from refimpl.validation import (
 )
 
 __all__ = [
-    "pg_token_loss",
-    "ppo_token_loss",
-    "gspo_token_loss",
-    "cispo_token_loss",
-    "value_token_loss",
-    # spec v1.1: policy losses of 2025-26
-    "sapo_token_loss",
-    "gmpo_token_loss",
-    "dppo_token_loss",
-    "dro_token_loss",
-    "vespo_token_loss",
+    "pg_token_loss", "ppo_token_loss", "gspo_token_loss", "cispo_token_loss", "value_token_loss",
+    "sapo_token_loss", "gmpo_token_loss", "dppo_token_loss", "dro_token_loss", "vespo_token_loss",
 ]
 
 

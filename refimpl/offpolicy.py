@@ -36,19 +36,8 @@ from refimpl.validation import (
 )
 
 __all__ = [
-    "rollout_is_weights",
-    "rollout_rejection_mask",
-    "decoupled_ppo_token_loss",
-    "proximal_logp_interpolation",
-    "off_policy_sequence_mask",
-    "IS_LEVELS",
-    "IS_SEQ_STATS",
-    "IS_MODES",
-    "REJECTION_STATISTICS",
-    "REJECTION_LEVELS",
-    "KL_OF",
-    "BEHAV_MODES",
-    "PROXIMAL_METHODS",
+    "rollout_is_weights", "rollout_rejection_mask", "decoupled_ppo_token_loss",
+    "proximal_logp_interpolation", "off_policy_sequence_mask",
 ]
 
 IS_LEVELS = ("token", "sequence")

@@ -43,10 +43,7 @@ from refimpl.validation import (
 )
 
 __all__ = [
-    "packed_segments",
-    "pack_boundary_mask",
-    "packed_token_logprobs",
-    "packed_token_entropy",
+    "packed_segments", "pack_boundary_mask", "packed_token_logprobs", "packed_token_entropy",
     "packed_aggregate",
 ]
 

@@ -18,7 +18,7 @@ from refimpl.validation import (
     compute_dtypes,
 )
 
-__all__ = ["rlhf_token_rewards", "last_valid_positions"]
+__all__ = ["rlhf_token_rewards"]
 
 
 def last_valid_positions(mask: torch.Tensor) -> torch.Tensor:

@@ -53,12 +53,8 @@ from refimpl.validation import (
 )
 
 __all__ = [
-    "group_size",
-    "comm_device",
-    "vocab_parallel_token_logprobs",
-    "vocab_parallel_token_entropy",
-    "vocab_parallel_token_logprobs_from_hidden",
-    "vocab_parallel_token_entropy_from_hidden",
+    "vocab_parallel_token_logprobs", "vocab_parallel_token_entropy",
+    "vocab_parallel_token_logprobs_from_hidden", "vocab_parallel_token_entropy_from_hidden",
     "vocab_parallel_token_logprobs_and_entropy_from_hidden",
 ]
 
