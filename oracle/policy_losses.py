@@ -1,5 +1,5 @@
 """Per-token policy losses and their gradients w.r.t. ``logp`` (``loss.pg``, ``loss.ppo``, ``loss.gspo``, ``loss.cispo``;
-spec v1.1 adds ``loss.sapo``, ``loss.gmpo``, ``loss.dppo``, ``loss.dro``).
+spec v1.1 adds ``loss.sapo``, ``loss.gmpo``, ``loss.dppo``, ``loss.dro``, ``loss.vespo``).
 
 Every loss returns a [B, T] array; the scalar objective is ``aggregate(loss, mask, mode=...)``.
 ``advantages`` may be [B] (the sequence's advantage on every valid token) or [B, T].
@@ -31,11 +31,10 @@ from oracle.validation import (
 )
 
 __all__ = [
-    "vespo_token_loss", "vespo_token_loss_grad", "pg_token_loss", "pg_token_loss_grad", "ppo_token_loss",
-    "ppo_token_loss_grad", "gspo_token_loss", "gspo_token_loss_grad", "cispo_token_loss",
-    "cispo_token_loss_grad", "sapo_token_loss", "sapo_token_loss_grad", "gmpo_token_loss",
-    "gmpo_token_loss_grad", "dppo_token_loss", "dppo_token_loss_grad", "dro_token_loss",
-    "dro_token_loss_grad",
+    "pg_token_loss", "pg_token_loss_grad", "ppo_token_loss", "ppo_token_loss_grad", "gspo_token_loss",
+    "gspo_token_loss_grad", "cispo_token_loss", "cispo_token_loss_grad", "sapo_token_loss", "sapo_token_loss_grad",
+    "gmpo_token_loss", "gmpo_token_loss_grad", "dppo_token_loss", "dppo_token_loss_grad", "dro_token_loss",
+    "dro_token_loss_grad", "vespo_token_loss", "vespo_token_loss_grad",
 ]
 
 

@@ -4,7 +4,7 @@ Every function takes and returns torch tensors on any device, with the names, po
 and keywords of ``conformance/spec/v1/api.md``. Half-precision inputs are computed with float32
 accumulation and returned in their input dtype. Masked inputs never reach an output or a gradient.
 
-The package exports the `__all__` of each module below (`refimpl.losses.__all__`, ...): a function is public
+The package exports the `__all__` of each module below (`refimpl.policy_losses.__all__`, ...): a function is public
 when its module lists it, and nothing here lists a function. Beyond the spec functions: the data-parallel
 helpers (`distributed`), the tensor-parallel LM head (`vocab_parallel`) and packed rows (`packed`).
 """
@@ -18,21 +18,23 @@ from refimpl import (
     distributed,
     entropy_terms,
     estimators,
-    fused_logprobs,
+    fused_head,
     gae,
     kl,
     logprobs,
-    losses,
     metrics,
     offpolicy,
     packed,
+    policy_losses,
     reward_shaping,
     rewards,
+    value_loss,
     vocab_parallel,
+    whiten,
 )
 
-_MODULES = (logprobs, fused_logprobs, advantages, rewards, gae, kl, losses, aggregation, composite, metrics, offpolicy,
-            estimators, covariance, entropy_terms, controllers, reward_shaping, distributed, vocab_parallel, packed)
+_MODULES = (logprobs, fused_head, advantages, rewards, gae, whiten, kl, policy_losses, value_loss, aggregation, composite,
+            metrics, offpolicy, estimators, covariance, entropy_terms, controllers, reward_shaping, distributed, vocab_parallel, packed)
 
 __all__: list[str] = [name for module in _MODULES for name in module.__all__]
 globals().update({name: getattr(module, name) for module in _MODULES for name in module.__all__})

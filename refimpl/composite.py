@@ -6,7 +6,7 @@ import torch
 
 from refimpl.aggregation import AGGREGATION_MODES, aggregate
 from refimpl.kl import KL_ESTIMATORS, kl_penalty
-from refimpl.losses import ppo_token_loss
+from refimpl.policy_losses import ppo_token_loss
 from refimpl.masking import masked
 from refimpl.validation import (
     check_bool,

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from refimpl.losses import _SAFE_LOG_F32, _constant_policy_inputs
+from refimpl.policy_losses import _SAFE_LOG_F32, _constant_policy_inputs
 from refimpl.masking import exp_zero_safe, masked, masked_output
 from refimpl.validation import check_finite, check_real, check_token_array
 

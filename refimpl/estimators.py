@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from refimpl.advantages import whiten
+from refimpl.whiten import whiten
 from refimpl.gae import discounted_reverse_cumsum, gae
 from refimpl.masking import masked, masked_output
 from refimpl.validation import (

@@ -1,4 +1,4 @@
-"""The memory budget of the fused log-probs (``memory_budget=`` of :mod:`refimpl.fused_logprobs`).
+"""The memory budget of the fused log-probs (``memory_budget=`` of :mod:`refimpl.fused_head`).
 
 A call needs a working set it cannot do without (the gradients it returns, a few tiles and a few
 [N, D] buffers: :func:`working_bytes`, a conservative upper bound). What a budget allows beyond that

@@ -1,6 +1,6 @@
 """The bfloat16 path of the fused token log-probs (spec id ``logprob.fused``; log-probs alone, CPU).
 
-Used by :mod:`refimpl.fused_logprobs` for bfloat16 inputs on the CPU when only log-probs are asked.
+Used by :mod:`refimpl.fused_head` for bfloat16 inputs on the CPU when only log-probs are asked.
 Every GEMM takes bfloat16 operands (float32 accumulation inside): forward + backward is four GEMMs
 (8·N·D·V FLOPs; 6·N·D·V for the tokens a memory budget keeps) and about three passes over the tiles.
 The precision comes from where each rounding happens:

@@ -7,7 +7,7 @@ materialised. A custom autograd function saves the logits (already alive) and th
 token, and recomputes the softmax chunk by chunk in the backward.
 
 The tile helpers (:func:`tile_stats_`, :func:`merge_stats`, :func:`tile_grad_`) are shared with the
-fused LM-head path in :mod:`refimpl.fused_logprobs`.
+fused LM-head path in :mod:`refimpl.fused_head`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ _LOGITS_TILE_ELEMENTS = 1 << 23
 
 
 # ----------------------------------------------------------------------------------------------
-# tile math (shared with refimpl.fused_logprobs)
+# tile math (shared with refimpl.fused_head)
 # ----------------------------------------------------------------------------------------------
 
 

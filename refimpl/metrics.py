@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from refimpl.losses import _ppo_inputs
+from refimpl.policy_losses import _ppo_inputs
 from refimpl.masking import capped_exp_arg, masked_output
 
 __all__ = ["ppo_clipped_mask"]

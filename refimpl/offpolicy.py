@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from refimpl.losses import _ppo_surrogate
+from refimpl.policy_losses import _ppo_surrogate
 from refimpl.masking import masked, masked_advantages, masked_output
 from refimpl.validation import (
     check_advantages,

@@ -28,7 +28,7 @@ The fused functions (``*_from_hidden``) *are* the LM head, so their backward all
 ``reduce_hidden_grad=False`` (for a ``hidden`` that already went through such a copy region).
 ``d weight_shard`` stays local: each rank owns its rows of the weight.
 
-The fused functions follow the chunked path of :mod:`refimpl.fused_logprobs` (token chunks ×
+The fused functions follow the chunked path of :mod:`refimpl.fused_head` (token chunks ×
 vocabulary tiles, online log-sum-exp, recompute in the backward; ``hidden @ weight.T`` never
 exists) with the cross-rank merge in between, and equal it on one rank. Without
 ``torch.distributed`` initialised (or with a one-rank group) every function is the

@@ -1,4 +1,4 @@
-"""The bfloat16 half-GEMM path of the fused log-probs (refimpl.fused_logprobs.HALF_PRECISION_GEMMS):
+"""The bfloat16 half-GEMM path of the fused log-probs (refimpl.fused_head.HALF_PRECISION_GEMMS):
 within the spec's bfloat16 tolerance on the conformance cases that broke earlier versions (a
 dominant token whose hidden-state gradient cancels over the vocabulary), and equal to the float32
 path within bfloat16 rounding, with several vocabulary tiles."""
@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import refimpl
-import refimpl.fused_logprobs as fused
-from conformance.records import cases, make_case
+import refimpl.fused_head as fused
+from conformance.records import make_case
 from conformance.runner.loading import load_adapter
 from conformance.runner.differential import run_case
 from conformance.records import BY_FUNCTION

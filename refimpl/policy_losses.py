@@ -1,5 +1,5 @@
-"""Per-token policy and value losses (spec ids ``loss.pg``, ``loss.ppo``, ``loss.gspo``, ``loss.cispo``,
-``loss.value``; spec v1.1 ``loss.sapo``, ``loss.gmpo``, ``loss.dppo``, ``loss.dro``).
+"""Per-token policy losses (spec ids ``loss.pg``, ``loss.ppo``, ``loss.gspo``, ``loss.cispo``; spec v1.1
+``loss.sapo``, ``loss.gmpo``, ``loss.dppo``, ``loss.dro``, ``loss.vespo``).
 
 Ties between a clipped and an unclipped branch go to the unclipped one: every ``max``/``min`` is a
 ``torch.where`` on ``>=``/``<=`` that keeps the unclipped branch on equality, so autograd takes its
@@ -28,7 +28,7 @@ from refimpl.validation import (
 )
 
 __all__ = [
-    "pg_token_loss", "ppo_token_loss", "gspo_token_loss", "cispo_token_loss", "value_token_loss",
+    "pg_token_loss", "ppo_token_loss", "gspo_token_loss", "cispo_token_loss",
     "sapo_token_loss", "gmpo_token_loss", "dppo_token_loss", "dro_token_loss", "vespo_token_loss",
 ]
 
@@ -166,31 +166,6 @@ def cispo_token_loss(
     with torch.no_grad():
         weight = torch.exp(capped_exp_arg(lp - old)).clamp(min=low, max=high)
     return masked_output(-weight * A * lp, m, out_dtype)
-
-
-def value_token_loss(
-    values: torch.Tensor,
-    old_values: torch.Tensor,
-    returns: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip: float | None = None,
-) -> torch.Tensor:
-    """Spec: loss.value. ½·max((V−R)², (V_c−R)²), V_c = V_old + clip(V − V_old, ±clip); returns detached; ties to the unclipped term."""
-    fn = "value_token_loss"
-    m = check_mask(fn, mask)
-    values = check_token_array(fn, "values", values, m)
-    old_values = check_token_array(fn, "old_values", old_values, m)
-    returns = check_token_array(fn, "returns", returns, m)
-    clip = check_optional_real(fn, "clip", clip, gt=0.0)
-    out_dtype, cdt = compute_dtypes(values, old_values, returns)
-    V, V_old, R = masked(values, m, cdt), masked(old_values, m, cdt), masked(returns, m, cdt).detach()
-    check_finite(fn, ("values", values, m, V), ("old_values", old_values, m, V_old), ("returns", returns, m, R))
-    unclipped = (V - R).square()
-    if clip is None:
-        return masked_output(0.5 * unclipped, m, out_dtype)
-    clipped = (V_old + (V - V_old).clamp(-clip, clip) - R).square()
-    return masked_output(0.5 * torch.where(unclipped >= clipped, unclipped, clipped), m, out_dtype)
 
 
 # ----------------------------------------------------------------------------------------------
