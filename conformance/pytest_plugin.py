@@ -84,7 +84,7 @@ class Session:
 
 def _session(config: pytest.Config) -> Session:
     from conformance.errors import BrokenRun
-    from conformance.records import BY_FUNCTION
+    from conformance.runner import partition
     from conformance.runner.loading import AdapterLoadError, load_adapter
     from conformance.runner.options import RunOptions
     from conformance.runner.protocol import LoadedAdapter
@@ -113,7 +113,7 @@ def _session(config: pytest.Config) -> Session:
     session = Session(list(names), records, options)
     for adapter, ref in adapters:
         session.units += [Unit("core", ref, adapter.name, r.function) for r in records]
-        if BY_FUNCTION["aggregate"] in records:
+        if partition.applies(records):
             session.units.append(Unit("partition", ref, adapter.name))
         if adapter.extra_rows is not None:
             session.units.append(Unit("framework", ref, adapter.name))

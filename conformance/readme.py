@@ -13,6 +13,7 @@ from pathlib import Path
 
 from conformance import spec
 from conformance.records import FAMILIES, RECORDS, presets
+from conformance.records.record import literal
 from conformance.runner.discovery import framework_names
 from conformance.tolerances import DEFAULT, OVERRIDES
 
@@ -20,7 +21,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 API = spec.SPEC_DIR / "api.md"
 DOCS = README.parent / "docs"
 # the files whose generated blocks `rlspec readme` writes and checks
-DOCUMENTS = (README, API, *sorted(DOCS.glob("*.md")))
+DOCUMENTS = (README, API, spec.SPEC_DIR / "README.md", *sorted(DOCS.glob("*.md")))
 BLOCK = re.compile(
     r"(<!-- BEGIN GENERATED: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
     re.S,
@@ -32,6 +33,19 @@ def spec_table() -> str:
     for q in RECORDS:
         presets = ", ".join(sorted(q.presets)) or "-"
         lines.append(f"| `{q.spec_id}` | `{q.function}` | {spec.description(q.spec_id)} | {presets} |")
+    return "\n".join(lines)
+
+
+def spec_index() -> str:
+    """The spec README's index: one row per section (spec id), its file, its functions and its title."""
+    sections: dict[str, list[str]] = {}
+    for q in RECORDS:
+        sections.setdefault(q.spec_id, []).append(f"`{q.function}`")
+    lines = ["| spec id | file | function | title |", "|---|---|---|---|"]
+    for spec_id, functions in sections.items():
+        name = spec.section_path(spec_id).name
+        shown = "agg.*" if name == "agg.md" else spec_id
+        lines.append(f"| `{shown}` | [{name}]({name}) | {', '.join(functions)} | {spec.title(spec_id)} |")
     return "\n".join(lines)
 
 
@@ -62,6 +76,13 @@ def tolerance_table() -> str:
     return "\n".join(lines)
 
 
+def functions_table() -> str:
+    """api.md, "Functions": every record's signature (canonical defaults) and what it returns."""
+    lines = ["| spec id | function | returns |", "|---|---|---|"]
+    lines += [f"| `{q.spec_id}` | `{q.signature_text()}` | {q.returns} |" for q in RECORDS]
+    return "\n".join(lines)
+
+
 def adapter_keywords_table() -> str:
     """api.md, "Adapter protocol (v2)": the keywords a check passes each function of an adapter."""
     lines = ["| function | keywords passed | keywords never passed (left at canonical default) |", "|---|---|---|"]
@@ -69,7 +90,7 @@ def adapter_keywords_table() -> str:
         passed = ", ".join(f"`{k}`" for k in q.question) or "-"
         if q.partition_keywords:
             passed += "; " + ", ".join(f"`{k}`" for k in q.partition_keywords) + " (invariant:partition)"
-        never = ", ".join(f"`{k}={v!r}`" for k, v in q.canonical_keywords().items()) or "-"
+        never = ", ".join(f"`{k}={literal(v)}`" for k, v in q.canonical_keywords().items()) or "-"
         lines.append(f"| `{q.function}` | {passed} | {never} |")
     return "\n".join(lines)
 
@@ -146,8 +167,6 @@ def _framework_cell(row: dict) -> str:
     if row.get("not_implemented_cases"):
         marks.append("partial")
     return text + (f" ({'; '.join(marks)})" if marks else "")
-
-
 
 
 def spec_summary() -> str:
@@ -228,10 +247,12 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "spec-summary": spec_summary,
     "mutants": mutants_table,
     "spec": spec_table,
+    "spec-index": spec_index,
     "presets": preset_table,
     "tolerances": tolerance_table,
     "commands": command_table,
     "adapter-keywords": adapter_keywords_table,
+    "functions": functions_table,
     "verdicts": verdicts_table,
 }
 

@@ -171,7 +171,7 @@ def _attributes(name: str, array_api: str) -> list[tuple[str, str]]:
                            "losses (None: values only).", "micro_batched_loss_grad = None"))
     attributes.append(("Replace by a method extra_rows(self, seed) -> list[conformance.runner.verdict.RowResult] to add "
                        "framework-specific rows to the report (see framework_rows in "
-                       "conformance/commands/check.py).", "extra_rows = None"))
+                       "conformance/runner/parts.py).", "extra_rows = None"))
     return attributes
 
 

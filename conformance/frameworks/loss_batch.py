@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from conformance.frameworks.subprocess_adapter import SubprocessAdapter
 from conformance.records import cases
 from conformance.records.pieces import compose, fmt, value_piece
 from conformance.records.presets import preset_kwargs
@@ -116,7 +117,7 @@ def upstream_for(shape: tuple[int, ...], seed: int, dtype: str) -> np.ndarray:
 NP = {"float64": np.float64, "float32": np.float32}
 
 
-def loss_call(adapter: Any, op: str, loss_name: str, x: np.ndarray, m: np.ndarray, params: dict[str, Any]) -> dict[str, Any]:
+def loss_call(adapter: SubprocessAdapter, op: str, loss_name: str, x: np.ndarray, m: np.ndarray, params: dict[str, Any]) -> dict[str, Any]:
     """The framework's aggregation ``op`` on float32 (``loss_name`` = ``x``, ``loss_mask`` = ``m``):
     ``{"value": loss, "grad[token_loss]": d loss / d x}``."""
     r = adapter.call(op, {loss_name: x.astype(np.float32), "loss_mask": m.astype(np.float32)}, params,

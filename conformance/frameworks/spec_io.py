@@ -18,10 +18,12 @@ multiplied by the mask, and the upstream it is given is 0 at masked positions.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
+
+from conformance.records import BY_FUNCTION
+from refimpl import validation
 
 
 def fail(fn: str, arg: str, message: str, exc: type[Exception] = ValueError) -> Exception:
@@ -108,16 +110,9 @@ def row_scores(fn: str, scores: Any, B: int) -> np.ndarray:
 
 def number(fn: str, name: str, value: Any, *, low: float | None = 0.0, strict: bool = False) -> float:
     """A finite real number (not a bool) as a float, ``>= low`` (``> low`` with ``strict``; no bound when
-    ``low`` is None)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise fail(fn, name, f"expected a number, got {value!r}", TypeError)
-    v = float(value)
-    if low is None:
-        if not math.isfinite(v):
-            raise fail(fn, name, f"expected a finite number, got {value!r}")
-    elif not math.isfinite(v) or (v <= low if strict else v < low):
-        raise fail(fn, name, f"expected a finite number {'>' if strict else '>='} {low:g}, got {value!r}")
-    return v
+    ``low`` is None): refimpl's own check, so an adapter rejects a number exactly as the refimpl does."""
+    bound = {} if low is None else {"gt" if strict else "ge": low}
+    return validation.check_real(fn, name, value, **bound)
 
 
 def unit_interval(fn: str, name: str, value: Any, *, strict: bool = False) -> float:
@@ -140,18 +135,17 @@ def bounds(fn: str, lo: Any, hi: Any, *, ratio: bool) -> tuple[float | None, flo
 
 
 def boolean(fn: str, name: str, value: Any) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise fail(fn, name, f"expected a bool, got {value!r}", TypeError)
-    return bool(value)
+    return validation.check_bool(fn, name, value)
 
 
-def choice(fn: str, name: str, value: Any, allowed: tuple[str, ...]) -> str:
-    """One of the names ``allowed`` (a TypeError for a value that is not a str, as the spec's own check)."""
-    if not isinstance(value, str):
-        raise fail(fn, name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}", TypeError)
-    if value not in allowed:
-        raise fail(fn, name, f"expected one of {', '.join(map(repr, allowed))}, got {value!r}")
-    return value
+def choice(fn: str, name: str, value: Any, allowed: tuple[str, ...] | None = None) -> str:
+    """One of the names the record of ``fn`` declares for its keyword ``name`` (``allowed``: a framework's
+    own list, for a keyword that is not the spec's), checked as the refimpl checks it."""
+    if allowed is None:
+        if fn not in BY_FUNCTION:
+            raise LookupError(f"spec_io.choice: {fn!r} has no record to read {name!r}'s choices from; pass `allowed`")
+        allowed = tuple(BY_FUNCTION[fn].keyword(name).choices)
+    return validation.check_choice(fn, name, value, allowed)
 
 
 def clip_range(fn: str, low: Any, high: Any, names: tuple[str, str] = ("eps_low", "eps_high")) -> tuple[float, float]:
@@ -168,41 +162,29 @@ def clip_cov_settings(fn: str, fraction: Any, cov_low: Any, cov_high: Any) -> tu
     return f, lo, hi
 
 
-GRPO_SCALES = ("group", "batch", "none")
-KL_LOSS_ESTIMATORS = ("k1", "k2", "k3", "abs")
-KL_GRADIENTS = ("estimator", "straight_through", "unbiased", "bias_corrected")
-IS_LEVELS = ("token", "sequence")
-IS_SEQ_STATS = ("product", "geometric")
-IS_MODES = ("none", "truncate", "mask")
-RS_STATISTICS = ("ratio", "k1", "k2", "k3")
-RS_LEVELS = ("token", "seq_sum", "seq_mean", "seq_max", "seq_all")
-KL_OF = ("rollout_old", "old_rollout")
-
-
 def kl_loss_keywords(fn: str, estimator: Any, gradient: Any) -> None:
     """``kl_loss_term``'s ``estimator`` and ``gradient``."""
-    choice(fn, "estimator", estimator, KL_LOSS_ESTIMATORS)
-    choice(fn, "gradient", gradient, KL_GRADIENTS)
+    choice(fn, "estimator", estimator)
+    choice(fn, "gradient", gradient)
 
 
 def is_keywords(fn: str, level: Any, seq_stat: Any, mode: Any, batch_normalize: Any) -> None:
     """``rollout_is_weights``' ``level``, ``seq_stat``, ``mode`` and ``batch_normalize``."""
-    choice(fn, "level", level, IS_LEVELS)
-    choice(fn, "seq_stat", seq_stat, IS_SEQ_STATS)
-    choice(fn, "mode", mode, IS_MODES)
+    for name, value in (("level", level), ("seq_stat", seq_stat), ("mode", mode)):
+        choice(fn, name, value)
     boolean(fn, "batch_normalize", batch_normalize)
 
 
 def rejection_keywords(fn: str, statistic: Any, level: Any) -> None:
-    """``rollout_rejection_mask``'s ``statistic`` and ``level`` (``kl_of``: ``choice(..., KL_OF)``)."""
-    choice(fn, "statistic", statistic, RS_STATISTICS)
-    choice(fn, "level", level, RS_LEVELS)
+    """``rollout_rejection_mask``'s ``statistic`` and ``level`` (``kl_of``: ``choice(fn, "kl_of", kl_of)``)."""
+    choice(fn, "statistic", statistic)
+    choice(fn, "level", level)
 
 
 def agg_mode(fn: str, mode: Any, *, norm_length: Any = None, needs_norm: bool = False) -> str:
     """A spec aggregation ``mode``; with ``needs_norm``, ``norm_length`` is required by
     ``seq_mean_token_sum_norm``."""
-    choice(fn, "mode", mode, tuple(AGG_MODES))
+    choice(fn, "mode", mode, BY_FUNCTION["aggregate"].keyword("mode").choices)  # fn may be micro_batched_loss
     if needs_norm and mode == "seq_mean_token_sum_norm" and norm_length is None:
         raise fail(fn, "norm_length", "required for mode 'seq_mean_token_sum_norm'")
     return mode
@@ -301,19 +283,8 @@ def scatter_row_grads(grad: np.ndarray, valid: np.ndarray, shape: tuple[int, ...
 
 
 def check_groups(fn: str, rewards: Any, group_size: Any) -> tuple[np.ndarray, int]:
+    """Finite ``[B]`` rewards and a group size dividing B (the refimpl's check)."""
     r = float_array(fn, "rewards", rewards, 1)
-    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 1:
-        raise fail(fn, "group_size", f"expected an integer >= 1, got {group_size!r}")
-    if r.shape[0] % int(group_size):
-        raise fail(fn, "group_size", f"{group_size} does not divide B = {r.shape[0]}")
+    G = validation.check_group_size(fn, group_size, r.shape[0])
     check_finite(fn, "rewards", r)
-    return r, int(group_size)
-
-
-AGG_MODES = {  # spec mode -> the framework-neutral name verl uses
-    "token_mean": "token-mean",
-    "seq_mean_token_mean": "seq-mean-token-mean",
-    "seq_mean_token_sum": "seq-mean-token-sum",
-    "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
-    "token_sum": "token-sum",
-}
+    return r, G

@@ -185,7 +185,7 @@ class SubprocessAdapter(ABC):
         fn = "kl_penalty"
         lp, ref, m = io.token_arrays(fn, mask, logp=logp, ref_logp=ref_logp)
         if estimator is not None:
-            io.choice(fn, "estimator", estimator, ("k1", "k2", "k3"))
+            io.choice(fn, "estimator", estimator)
         return lp, ref, m
 
     @abstractmethod

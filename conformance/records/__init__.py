@@ -3,7 +3,7 @@ about it (signature, cases, golden entries, bad inputs, extremes, conditioning; 
 discovery). Tests and conformance checks iterate `RECORDS`; nothing else lists the quantities.
 
 The records are grouped by family in modules named like the oracle's and the refimpl's modules that
-implement them (`oracle/policy_losses.py`, `refimpl/...`, `conformance/records/policy_losses.py`); each
+implement them (`oracle/policy_losses.py`, `refimpl/policy_losses.py`, `conformance/records/policy_losses.py`); each
 module exports its `RECORDS`. `MODULES` fixes the order of the families (the order of every table).
 Adding a quantity: docs/contributing.md.
 """
@@ -52,8 +52,9 @@ BY_FUNCTION: dict[str, Quantity] = {r.function: r for r in RECORDS}
 
 
 def records_for(spec_glob: str = "*") -> list[Quantity]:
-    """Records whose spec id or function name matches a glob (`adv.*`, `loss.ppo`, `gae`)."""
-    return [r for r in RECORDS if fnmatch.fnmatch(r.spec_id, spec_glob) or fnmatch.fnmatch(r.function, spec_glob)]
+    """Records whose spec id or function name matches a glob (`adv.*`, `loss.ppo`, `gae`); a spec id that
+    names a family of rows (`agg`: `agg.token_mean`, ...) is also matched by its family glob `agg.*`."""
+    return [r for r in RECORDS if any(fnmatch.fnmatch(name, spec_glob) for name in (r.spec_id, f"{r.spec_id}.*", r.function))]
 
 
 def make_case(function: str, seed: int) -> Case:

@@ -97,6 +97,7 @@ add("aggregate/nonfinite-at-masked",
 AGGREGATE = Quantity(
     "aggregate",
     "agg",
+    returns="scalar",
     args=(Arg("token_loss", "[B, T]", "token", grad=True), Arg("mask", "[B, T] bool", "mask")),
     keywords=(AGG_MODE(), NORM_LENGTH(None), NUM_TOKENS(None), NUM_SEQS(None)),
     inputs=_aggregate_inputs,

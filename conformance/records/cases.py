@@ -17,15 +17,13 @@ What the generators of the records produce, on purpose:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 from hypothesis import strategies as st
-
-if TYPE_CHECKING:
-    from conformance.records.record import Quantity
 
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}
 EOS_ID = 0
@@ -86,21 +84,21 @@ def torch_args(rounded: dict[str, Any], dtype: str, grad_args: tuple[str, ...]) 
     return out
 
 
-def seeded_upstream(record: Quantity, expected: tuple[Any, ...], seed: int, dtype: str) -> Any:
-    """dL/d(output) for a gradient check: seeded normal noise with the shape of the (first) output,
-    rounded to `dtype`; a float for a scalar output."""
+def seeded_upstream(output: str, expected: tuple[Any, ...], seed: int, dtype: str) -> Any:
+    """dL/d(output) for a gradient check: seeded normal noise with the shape of the (first) output, rounded
+    to `dtype`; a float for a scalar output (`output` is the record's output kind)."""
     g = np.random.default_rng(seed).normal(0.0, 1.0, size=np.shape(expected[0]))
     upstream = round_to(g, dtype)
     # `round_to` returns a 1-element 1-D array for a 0-D shape; NumPy 2 refuses float() on it.
-    return float(np.reshape(upstream, ())) if record.output == "scalar" else upstream
+    return float(np.reshape(upstream, ())) if output == "scalar" else upstream
 
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
 
 
-def strategy(record: Quantity) -> st.SearchStrategy[Case]:
-    """Hypothesis strategy of cases of `record` (drawn through the seed)."""
-    return SEEDS.map(record.make_case)
+def strategy(make_case: Callable[[int], Case]) -> st.SearchStrategy[Case]:
+    """Hypothesis strategy of the cases `make_case(seed)` gives (drawn through the seed)."""
+    return SEEDS.map(make_case)
 
 
 # ---------------------------------------------------------------------------------------------

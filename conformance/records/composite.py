@@ -93,14 +93,16 @@ add("policy_loss/empty-mask-row",
 POLICY_LOSS = Quantity(
     "policy_loss",
     "loss.policy",
+    returns=("scalar: `aggregate(ppo_token_loss(logp, old_logp, A) + kl_coef·kl_penalty(logp, ref_logp), mask, "
+             "mode)`"),
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("old_logp", "[B, T]", "token"),
         Arg("ref_logp", "[B, T]", "token"), Arg("advantages", "[B] or [B, T]", "adv"),
         Arg("mask", "[B, T] bool", "mask"),
     ),
     keywords=(
-        EPS_LOW(0.2), EPS_HIGH(0.2), DUAL_CLIP(None), KL_COEF(0.0), POLICY_KL_ESTIMATOR('k3'),
-        AGG_MODE('token_mean'), NORM_LENGTH(None), NUM_TOKENS(None), NUM_SEQS(None),
+        EPS_LOW(0.2), EPS_HIGH(0.2), DUAL_CLIP(None), KL_COEF(0.0), POLICY_KL_ESTIMATOR("k3"),
+        AGG_MODE("token_mean"), NORM_LENGTH(None), NUM_TOKENS(None), NUM_SEQS(None),
     ),
     inputs=_policy_loss_inputs,
     output="scalar",
@@ -191,6 +193,7 @@ add("corrected_policy_loss/nonfinite-at-masked",
 CORRECTED_POLICY_LOSS = Quantity(
     "corrected_policy_loss",
     "offpolicy.loss",
+    returns="scalar (gradient: `corrected_policy_loss_grad`, dL/d`logp`)",
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("old_logp", "[B, T]", "token"),
         Arg("ref_logp", "[B, T]", "token"), Arg("advantages", "[B] or [B, T]", "adv"),
@@ -198,9 +201,9 @@ CORRECTED_POLICY_LOSS = Quantity(
         Arg("mask", "[B, T] bool", "mask"),
     ),
     keywords=(
-        EPS_LOW(0.2), EPS_HIGH(0.2), DUAL_CLIP(None), KL_COEF(0.0), POLICY_KL_ESTIMATOR('k3'),
-        AGG_MODE('token_mean'), NORM_LENGTH(None), NUM_TOKENS(None), NUM_SEQS(None), WEIGHT_KL(False),
-        REJECTED('drop'),
+        EPS_LOW(0.2), EPS_HIGH(0.2), DUAL_CLIP(None), KL_COEF(0.0), POLICY_KL_ESTIMATOR("k3"),
+        AGG_MODE("token_mean"), NORM_LENGTH(None), NUM_TOKENS(None), NUM_SEQS(None), WEIGHT_KL(False),
+        REJECTED("drop"),
     ),
     inputs=_corrected_policy_loss_inputs,
     output="scalar",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from conformance.records.builders import Catalogue, build, inf
-from conformance.records.conditioning import ratio
 from conformance.records.inputs import Inputs
 from conformance.records.keywords import COEF_MAX, COEF_MIN, DELTA, HORIZON, TARGET
 from conformance.records.record import Arg, Quantity
@@ -63,8 +62,11 @@ add("kl_controller_update/factor-below-zero",
 KL_CONTROLLER_UPDATE = Quantity(
     "kl_controller_update",
     "ctrl.kl",
+    returns="scalar: the new β",
     args=(
-        Arg("kl_coef", "float", "real"), Arg("current_kl", "float", "real"), Arg("n_steps", "int", "count"),
+        # beta >= 0 and n_steps >= 0; the measured KL is any real (a k1 estimate may be negative)
+        Arg("kl_coef", "float", "real", invalid=(-0.1,)), Arg("current_kl", "float", "real"),
+        Arg("n_steps", "int", "count", invalid=(-1,)),
     ),
     keywords=(TARGET(), HORIZON()),
     inputs=_kl_controller_update_inputs,
@@ -129,6 +131,7 @@ add("entropy_coef_update/custom-bounds",
 ENTROPY_COEF_UPDATE = Quantity(
     "entropy_coef_update",
     "ctrl.entropy",
+    returns="scalar: the new coefficient",
     args=(Arg("coef", "float", "real"), Arg("current_entropy", "float", "real")),
     keywords=(TARGET(0.2), DELTA(0.005), COEF_MIN(0.0), COEF_MAX(1.0)),
     inputs=_entropy_coef_update_inputs,
@@ -172,6 +175,7 @@ add("entropy_coef_applied/zero-coef",
 ENTROPY_COEF_APPLIED = Quantity(
     "entropy_coef_applied",
     "ctrl.entropy",
+    returns="scalar: the coefficient a step applies",
     args=(Arg("coef", "float", "real"), Arg("last_entropy", "float", "state")),
     keywords=(TARGET(0.2),),
     inputs=_entropy_coef_applied_inputs,

@@ -11,7 +11,7 @@ from conformance.records.builders import Catalogue, build, f64, inf, mask, nan, 
 from conformance.records.conditioning import MARGIN, far, ppo_conditioned
 from conformance.records.inputs import Inputs, policy_args
 from conformance.records.keywords import COV_HIGH, COV_LOW, EPS_HIGH, EPS_LOW, FRACTION, KL_COV_COEF
-from conformance.records.record import Arg, Quantity
+from conformance.records.record import Arg, Extremes, Quantity
 
 _golden = Catalogue()
 add, entries = _golden.add, _golden.of
@@ -157,6 +157,7 @@ add("clip_cov_mask/nonfinite-at-masked",
 CLIP_COV_MASK = Quantity(
     "clip_cov_mask",
     "select.clip_cov",
+    returns="`[B,T]` bool (True = kept; no `_grad`)",
     args=(
         Arg("logp", "[B, T]", "token"), Arg("old_logp", "[B, T]", "token"),
         Arg("advantages", "[B] or [B, T]", "adv"), Arg("mask", "[B, T] bool", "mask"),
@@ -266,6 +267,7 @@ add("kl_cov_token_loss/nonfinite-at-masked",
 KL_COV_TOKEN_LOSS = Quantity(
     "kl_cov_token_loss",
     "loss.kl_cov",
+    returns="`[B,T]`",
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("old_logp", "[B, T]", "token"),
         Arg("advantages", "[B] or [B, T]", "adv"), Arg("mask", "[B, T] bool", "mask"),
@@ -281,6 +283,12 @@ KL_COV_TOKEN_LOSS = Quantity(
     preset_inputs=lambda preset, **kw: _cov(
         "kl_cov_token_loss", [[-4.0, -1.0, -2.0, -3.0, -4.0, -5.0], [-4.0, -1.5, -2.5, -3.5, -4.5, -7.0]],
         [[0.0, 0.3, -0.2, 0.1, 0.2, -0.1], [0.0, 0.2, 0.1, -0.3, 0.4, -0.5]], [1.0, -1.0], mask(".xxxxx", ".xxxxx"), **kw),
+    # -A r has no clip: e^100 overflows float32 and bfloat16 for either sign of A; with A = 0 only the
+    # |d| penalty is left (not 0): finite
+    extremes=Extremes(log_ratio_keywords=({}, {"fraction": 0.5, "coef": 1.0}),
+                      log_ratio_bounded=lambda keywords, advantage_kind, dtype: (advantage_kind == "zero"
+                                                                                 or dtype == "float64"),
+                      zero_advantage_vanishes=False),
 )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from conformance.records.builders import Catalogue, M5, build, f64, inf, mask, nan, where
+from conformance.records.builders import Catalogue, build, f64, inf, mask, nan, where
 from conformance.records.conditioning import far
 from conformance.records.inputs import AGG_MODES, Inputs, batch_dims, ragged_mask
 from conformance.records.keywords import (
@@ -115,6 +115,7 @@ add("entropy_top_mask/nonfinite-at-masked",
 ENTROPY_TOP_MASK = Quantity(
     "entropy_top_mask",
     "entropy.top_mask",
+    returns="`[B,T]` bool (True = kept); no gradient",
     args=(Arg("entropy", "[B, T]", "token"), Arg("mask", "[B, T] bool", "mask")),
     keywords=(RHO(1.0), POOLED_ENTROPY(None)),
     inputs=_entropy_top_mask_inputs,
@@ -181,6 +182,7 @@ add("entropy_bonus/nonfinite-at-masked",
 ENTROPY_BONUS = Quantity(
     "entropy_bonus",
     "loss.entropy",
+    returns="scalar (gradient: `entropy_bonus_grad(entropy, mask, upstream, *, …)` = dL/d`entropy`)",
     args=(Arg("entropy", "[B, T]", "token", grad=True), Arg("mask", "[B, T] bool", "mask")),
     keywords=(ENTROPY_COEF(), AGG_MODE(), NORM_LENGTH(None), NUM_TOKENS(None), NUM_SEQS(None)),
     inputs=_entropy_bonus_inputs,

@@ -94,6 +94,7 @@ add("token_logprobs_from_hidden/hidden-size-1",
 TOKEN_LOGPROBS_FROM_HIDDEN = Quantity(
     "token_logprobs_from_hidden",
     "logprob.fused",
+    returns="`[B,T]` = `token_logprobs(hidden @ weight.T, ...)`; hidden `[B,T,D]`, weight `[V,D]`",
     args=(
         Arg("hidden", "[B, T, D]", "hidden", grad=True), Arg("weight", "[V, D]", "weight", grad=True),
         Arg("input_ids", "[B, T] int", "ids"), Arg("mask", "[B, T] bool", "mask"),
@@ -153,6 +154,7 @@ add("token_entropy_from_hidden/zero-weight-uniform",
 TOKEN_ENTROPY_FROM_HIDDEN = Quantity(
     "token_entropy_from_hidden",
     "logprob.fused",
+    returns="`[B,T]`",
     args=(
         Arg("hidden", "[B, T, D]", "hidden", grad=True), Arg("weight", "[V, D]", "weight", grad=True),
         Arg("mask", "[B, T] bool", "mask"),

@@ -92,6 +92,7 @@ add("gae/value-after-last-token-ignored",
 GAE = Quantity(
     "gae",
     "adv.gae",
+    returns="`(advantages, returns)` `[B,T]` each",
     args=(
         Arg("token_rewards", "[B, T]", "token", constant=True),
         Arg("values", "[B, T]", "token", constant=True), Arg("mask", "[B, T] bool", "mask"),

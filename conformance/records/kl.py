@@ -116,11 +116,12 @@ add("kl_penalty/k3-large-log-ratios",
 KL_PENALTY = Quantity(
     "kl_penalty",
     "kl.estimator",
+    returns="`[B,T]`",
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("ref_logp", "[B, T]", "token"),
         Arg("mask", "[B, T] bool", "mask"),
     ),
-    keywords=(KL_ESTIMATOR('k1'), LOG_RATIO_CLAMP(None), CLAMP(None)),
+    keywords=(KL_ESTIMATOR("k1"), LOG_RATIO_CLAMP(None), CLAMP(None)),
     inputs=_kl_penalty_inputs,
     invariants=("mask", "on_policy"),
     question=("estimator",),
@@ -284,12 +285,13 @@ add("kl_loss_term/nonfinite-at-masked",
 KL_LOSS_TERM = Quantity(
     "kl_loss_term",
     "kl.loss",
+    returns="`[B,T]` (gradient: `kl_loss_term_grad(logp, ref_logp, mask, old_logp, upstream, *, …)`)",
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("ref_logp", "[B, T]", "token", constant=True),
         Arg("mask", "[B, T] bool", "mask"), Arg("old_logp", "[B, T]", "token", constant=True, optional=True),
     ),
     keywords=(
-        KL_LOSS_ESTIMATOR('k3'), KL_GRADIENT('estimator'), LOG_RATIO_CLAMP(None), CLAMP(None),
+        KL_LOSS_ESTIMATOR("k3"), KL_GRADIENT("estimator"), LOG_RATIO_CLAMP(None), CLAMP(None),
         WEIGHT_CAP(10.0),
     ),
     inputs=_kl_loss_term_inputs,

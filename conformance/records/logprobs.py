@@ -94,6 +94,7 @@ add("token_logprobs/vocab-size-1",
 TOKEN_LOGPROBS = Quantity(
     "token_logprobs",
     "logprob.token",
+    returns="`[B,T]`",
     args=(
         Arg("logits", "[B, T, V]", "logits", grad=True), Arg("input_ids", "[B, T] int", "ids"),
         Arg("mask", "[B, T] bool", "mask"),
@@ -163,6 +164,7 @@ add("token_entropy/multi-turn-gap",
 TOKEN_ENTROPY = Quantity(
     "token_entropy",
     "logprob.entropy",
+    returns="`[B,T]` (entropy of softmax(logits[:, t-1]/temperature))",
     args=(Arg("logits", "[B, T, V]", "logits", grad=True), Arg("mask", "[B, T] bool", "mask")),
     keywords=(TEMPERATURE(1.0),),
     inputs=_token_entropy_inputs,

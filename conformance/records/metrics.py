@@ -8,7 +8,7 @@ from conformance.records.builders import Catalogue, M5, M6, build, f64, inf, mas
 from conformance.records.conditioning import ppo_conditioned
 from conformance.records.inputs import Inputs, advantages_like, batch_dims, logprobs_like, ragged_mask
 from conformance.records.keywords import DUAL_CLIP, EPS_HIGH, EPS_LOW, LOG_RATIO_CLAMP
-from conformance.records.record import Arg, Quantity
+from conformance.records.record import Arg, Extremes, Quantity
 
 _golden = Catalogue()
 add, entries = _golden.add, _golden.of
@@ -83,6 +83,7 @@ add("ppo_clipped_mask/empty-mask-row",
 PPO_CLIPPED_MASK = Quantity(
     "ppo_clipped_mask",
     "metric.clip",
+    returns="`[B,T]` 0/1: the token's PPO loss is on a clipped (or dual-clip) branch; no gradient",
     args=(
         Arg("logp", "[B, T]", "token"), Arg("old_logp", "[B, T]", "token"),
         Arg("advantages", "[B] or [B, T]", "adv"), Arg("mask", "[B, T] bool", "mask"),
@@ -95,6 +96,9 @@ PPO_CLIPPED_MASK = Quantity(
     well_conditioned=ppo_conditioned,
     golden=entries("ppo_clipped_mask"),
     golden_seeds=(1, 2, 3),
+    # a 0/1 indicator: finite whatever the ratio
+    extremes=Extremes(log_ratio_keywords=({}, {"dual_clip": 3.0}, {"log_ratio_clamp": 20.0}),
+                      log_ratio_bounded=lambda keywords, advantage_kind, dtype: True),
 )
 
 

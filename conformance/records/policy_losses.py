@@ -3,6 +3,7 @@ DPPO, DRO, VESPO (spec v1.1)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,10 +18,25 @@ from conformance.records.keywords import (
     GSPO_FORM, K_NEG, K_POS, LAMBDA_NEG, LAMBDA_POS, LOG_RATIO_CLAMP, RATIO_CAP, TAU_NEG, TAU_POS, W_MAX,
     W_MIN,
 )
-from conformance.records.record import Arg, Quantity
+from conformance.records.record import Arg, Extremes, Quantity
 
 _golden = Catalogue()
 add, entries = _golden.add, _golden.of
+
+
+def _finite_with(*bounds: str) -> Callable[[dict[str, Any], str, str], bool]:
+    """`Extremes.log_ratio_bounded` of a ratio objective whose clip bounds r only where A > 0 (the
+    pessimistic min keeps the unclipped r A for A < 0): at log-ratios of +-100 it is finite with one of the
+    keywords `bounds` set (a clamp, a dual clip, a cap), with A > 0, or in float64 (e^100 is representable);
+    otherwise r = e^100 overflows float32 and bfloat16."""
+    return lambda keywords, advantage_kind, dtype: (any(keywords.get(b) is not None for b in bounds)
+                                                    or advantage_kind == "positive" or dtype == "float64")
+
+
+def _always_finite(keywords: dict[str, Any], advantage_kind: str, dtype: str) -> bool:
+    """`Extremes.log_ratio_bounded` of a loss whose weight or gate is bounded whatever the ratio: finite at
+    log-ratios of +-100 for every keyword set, advantage and dtype."""
+    return True
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -71,6 +87,7 @@ add("pg_token_loss/multi-turn-gap",
 PG_TOKEN_LOSS = Quantity(
     "pg_token_loss",
     "loss.pg",
+    returns="`[B,T]`",
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("advantages", "[B] or [B, T]", "adv"),
         Arg("mask", "[B, T] bool", "mask"),
@@ -187,6 +204,7 @@ add("ppo_token_loss/square-batch-sequence-advantages",
 PPO_TOKEN_LOSS = Quantity(
     "ppo_token_loss",
     "loss.ppo",
+    returns="`[B,T]`",
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("old_logp", "[B, T]", "token"),
         Arg("advantages", "[B] or [B, T]", "adv"), Arg("mask", "[B, T] bool", "mask"),
@@ -204,6 +222,9 @@ PPO_TOKEN_LOSS = Quantity(
     preset_inputs=lambda preset, **kw: _ppo(
         [[0.0, 0.22, -0.5, 0.1, 1.0, 0.0], [0.0, 21.0, 1.5, -0.5, 0.1, 0.22]], [1.0, -1.0],
         mask(".xxxxx", ".xxxxx"), old=-25.0, **kw),
+    extremes=Extremes(
+        log_ratio_keywords=({}, {"dual_clip": 3.0}, {"log_ratio_clamp": 20.0}, {"eps_low": 0.1, "eps_high": 0.28}),
+        log_ratio_bounded=_finite_with("dual_clip", "log_ratio_clamp")),
 )
 
 
@@ -300,11 +321,12 @@ add("gspo_token_loss/overflowing-ratio-zero-advantage",
 GSPO_TOKEN_LOSS = Quantity(
     "gspo_token_loss",
     "loss.gspo",
+    returns='`[B,T]`; form `"sequence"` (paper) or `"token_sg"` (verl)',
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("old_logp", "[B, T]", "token"),
         Arg("advantages", "[B] or [B, T]", "adv"), Arg("mask", "[B, T] bool", "mask"),
     ),
-    keywords=(EPS_LOW(0.0003), EPS_HIGH(0.0004), GSPO_FORM('sequence')),
+    keywords=(EPS_LOW(0.0003), EPS_HIGH(0.0004), GSPO_FORM("sequence")),
     inputs=_gspo_token_loss_inputs,
     invariants=("mask", "on_policy"),
     question=("eps_low", "eps_high"),
@@ -315,6 +337,9 @@ GSPO_TOKEN_LOSS = Quantity(
     preset_inputs=lambda preset, **kw: _gspo(
         [[0.0, 0.2, -0.1, 0.1, 0.0], [0.0, 0.5, 0.25, 0.75, 0.5], [0.0, -0.3, 0.1, 0.0, -0.2]],
         [1.0, 1.0, -0.5], mask(".xxxx", ".xxxx", ".xxxx"), **kw),
+    extremes=Extremes(
+        log_ratio_keywords=({"form": "sequence"}, {"form": "token_sg"}, {"eps_low": 0.2, "eps_high": 0.2}),
+        log_ratio_bounded=_finite_with()),
 )
 
 
@@ -434,11 +459,13 @@ add("cispo_token_loss/floor-at-one",
 CISPO_TOKEN_LOSS = Quantity(
     "cispo_token_loss",
     "loss.cispo",
+    returns=('`[B,T]`; bound `"relative"` (1+eps) or `"absolute"` (eps_high is the bound itself, TRL); surrogate '
+             '`"ratio"` (v1.1, torchrl)'),
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("old_logp", "[B, T]", "token"),
         Arg("advantages", "[B] or [B, T]", "adv"), Arg("mask", "[B, T] bool", "mask"),
     ),
-    keywords=(EPS_LOW(None), EPS_HIGH(0.28), CISPO_BOUND('relative'), CISPO_SURROGATE('logp')),
+    keywords=(EPS_LOW(None, optional=True), EPS_HIGH(0.28), CISPO_BOUND("relative"), CISPO_SURROGATE("logp")),
     inputs=_cispo_token_loss_inputs,
     invariants=("mask", "on_policy"),
     question=("eps_low", "eps_high", "bound"),
@@ -449,6 +476,11 @@ CISPO_TOKEN_LOSS = Quantity(
     preset_inputs=lambda preset, **kw: _cispo(
         [[0.0, 2.0, 0.22, -0.5, 0.0, 1.75], [0.0, -1.0, 0.1, 0.3, -0.2, 1.8]], [1.0, -1.0],
         mask(".xxxxx", ".xxxxx"), **kw),
+    # the stop-gradient weight is clipped (relative or absolute bound): finite whatever the ratio
+    extremes=Extremes(
+        log_ratio_keywords=({}, {"eps_low": 0.2}, {"eps_high": 5.0, "bound": "absolute"},
+                            {"eps_low": 0.2, "eps_high": 0.2, "surrogate": "ratio"}),
+        log_ratio_bounded=_always_finite),
 )
 
 
@@ -507,6 +539,7 @@ add("sapo_token_loss/nonfinite-at-masked",
 SAPO_TOKEN_LOSS = Quantity(
     "sapo_token_loss",
     "loss.sapo",
+    returns="`[B,T]`",
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("old_logp", "[B, T]", "token"),
         Arg("advantages", "[B] or [B, T]", "adv"), Arg("mask", "[B, T] bool", "mask"),
@@ -524,6 +557,10 @@ SAPO_TOKEN_LOSS = Quantity(
     # d = -25 (beyond verl's +-20 log-ratio clamp: a change of ~1e-9 in the saturated gate) and ordinary ratios
     preset_inputs=lambda preset, **kw: policy_case(
         "sapo_token_loss", [[0.0, -25.0, 0.3, -0.2]], [[0.0, -1.0, 1.0, -1.0]], mask(".xxx"), **kw),
+    # the soft gate of the ratio and its gradient saturate: finite whatever the ratio
+    extremes=Extremes(
+        log_ratio_keywords=({}, {"tau_pos": 2.0, "tau_neg": 0.5}, {"log_ratio_clamp": 20.0}),
+        log_ratio_bounded=_always_finite),
 )
 
 
@@ -571,6 +608,7 @@ add("gmpo_token_loss/nonfinite-at-masked",
 GMPO_TOKEN_LOSS = Quantity(
     "gmpo_token_loss",
     "loss.gmpo",
+    returns="`[B,T]` (every valid token carries its row's loss)",
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("old_logp", "[B, T]", "token"),
         Arg("advantages", "[B] or [B, T]", "adv"), Arg("mask", "[B, T] bool", "mask"),
@@ -585,6 +623,7 @@ GMPO_TOKEN_LOSS = Quantity(
     # log-ratios 0.3 and -0.3: inside the paper's +-0.4, outside verl's +-0.2
     preset_inputs=lambda preset, **kw: policy_case(
         "gmpo_token_loss", [[0.0, 0.3, -0.3, 0.1], [0.0, -0.3, 0.25, 0.0]], [1.0, -1.0], mask(".xxx", ".xxx"), **kw),
+    extremes=Extremes(log_ratio_keywords=({}, {"eps_low": 0.2, "eps_high": 0.2}), log_ratio_bounded=_finite_with()),
 )
 
 
@@ -658,11 +697,12 @@ add("dppo_token_loss/nonfinite-at-masked",
 DPPO_TOKEN_LOSS = Quantity(
     "dppo_token_loss",
     "loss.dppo",
+    returns="`[B,T]`",
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("old_logp", "[B, T]", "token"),
         Arg("advantages", "[B] or [B, T]", "adv"), Arg("mask", "[B, T] bool", "mask"),
     ),
-    keywords=(DIVERGENCE('tv'), DELTA_LOW(0.2), DELTA_HIGH(0.2), RATIO_CAP(None), LOG_RATIO_CLAMP(None)),
+    keywords=(DIVERGENCE("tv"), DELTA_LOW(0.2), DELTA_HIGH(0.2), RATIO_CAP(None), LOG_RATIO_CLAMP(None)),
     inputs=_dppo_token_loss_inputs,
     invariants=("mask", "on_policy"),
     question=("divergence", "delta_low", "delta_high", "ratio_cap"),
@@ -673,6 +713,9 @@ DPPO_TOKEN_LOSS = Quantity(
     # a kept token with ratio 4 (verl caps the stop-gradient weight at 3)
     preset_inputs=lambda preset, **kw: _dppo(
         [[0.5, 0.8, 0.6]], [[0.5, 0.2, 0.5]], [[0.0, -1.0, 1.0]], mask(".xx"), **kw),
+    extremes=Extremes(
+        log_ratio_keywords=({}, {"divergence": "kl"}, {"ratio_cap": 3.0}, {"log_ratio_clamp": 20.0}),
+        log_ratio_bounded=_finite_with("ratio_cap", "log_ratio_clamp")),
 )
 
 
@@ -710,6 +753,7 @@ add("dro_token_loss/nonfinite-at-masked",
 DRO_TOKEN_LOSS = Quantity(
     "dro_token_loss",
     "loss.dro",
+    returns="`[B,T]`",
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("old_logp", "[B, T]", "token"),
         Arg("advantages", "[B] or [B, T]", "adv"), Arg("mask", "[B, T] bool", "mask"),
@@ -778,6 +822,7 @@ add("vespo_token_loss/nonfinite-at-masked",
 VESPO_TOKEN_LOSS = Quantity(
     "vespo_token_loss",
     "loss.vespo",
+    returns="`[B,T]`",
     args=(
         Arg("logp", "[B, T]", "token", grad=True), Arg("old_logp", "[B, T]", "token"),
         Arg("advantages", "[B] or [B, T]", "adv"), Arg("mask", "[B, T] bool", "mask"),
@@ -794,6 +839,11 @@ VESPO_TOKEN_LOSS = Quantity(
     golden_seeds=(1, 2, 3),
     preset_inputs=lambda preset, **kw: policy_case(
         "vespo_token_loss", [[0.0, 25.0, 0.1], [0.0, -0.2, 0.3]], [1.0, -1.0], mask(".xx", ".xx"), old=-30.0, **kw),
+    # the gamma weight e^lambda w^k e^(-lambda w) of the sequence ratio (a constant, in log space) vanishes at
+    # both ends: finite whatever the ratio
+    extremes=Extremes(
+        log_ratio_keywords=({}, {"log_ratio_clamp": 20.0, "w_min": 1e-8, "w_max": 485165195.4097903}),
+        log_ratio_bounded=_always_finite),
 )
 
 

@@ -72,11 +72,20 @@ ROLES = {
 KINDS = ("real", "int", "bool", "choice", "weights", "pool")
 
 
+# The roles of scalar positional arguments (the controllers' state): the only ones with out-of-range values.
+SCALAR_ROLES = ("real", "count", "state")
+
+
 @dataclass(frozen=True)
 class Arg:
     """One positional argument: its name, its layout as api.md writes it ("[B, T, V]"), its role, whether
     the spec's gradient is taken with respect to it (`grad`), whether the spec makes it a constant that no
-    gradient may reach (`constant`), and whether None is accepted (`optional`)."""
+    gradient may reach (`constant`), and whether None is accepted (`optional`).
+
+    `invalid` holds the out-of-range values of a scalar argument (role "real", "count" or "state") that must
+    raise a ValueError on top of the generic ones of its role (NaN, inf, str, bool, ...): a range narrower
+    than the role's, such as the KL controller's coefficient >= 0. The bad-input fuzzer applies them; an
+    array argument's range is its role's (a mask is 0/1, ids lie in [0, V)), so it has none."""
 
     name: str
     layout: str
@@ -84,10 +93,14 @@ class Arg:
     grad: bool = False
     constant: bool = False
     optional: bool = False
+    invalid: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"Arg {self.name!r}: role: expected one of {sorted(ROLES)}, got {self.role!r}")
+        if self.invalid and self.role not in SCALAR_ROLES:
+            raise ValueError(f"Arg {self.name!r}: invalid: only a scalar argument {SCALAR_ROLES} has out-of-range "
+                             f"values, not role {self.role!r}")
 
 
 @dataclass(frozen=True)
@@ -165,13 +178,40 @@ class ErrorInput:
 
 @dataclass(frozen=True)
 class Extremes:
-    """The numerical extremes a quantity is tested at (tests/robustness/test_extremes.py): the keyword
-    sets its policy-loss form is run with at log-ratios of +-100 (`log_ratio_keywords`), and
-    `log_ratio_bounded(keywords, advantage_kind, dtype)`: whether every value and gradient stays finite
-    there (a clipped objective, a positive advantage, float64, ...)."""
+    """What a quantity promises at numerical extremes beyond the generic rules (tests/robustness/test_extremes.py).
+
+    A quantity with `log_ratio_keywords` (a policy loss or metric of (logp, old_logp, advantages, mask)) is run
+    at log-ratios logp - old_logp of +-100 at valid and masked positions (ratios e^+-100, beyond float32's
+    range), once per keyword set there: the clips, clamps and forms that change what can overflow. Its
+    advantages are of four kinds, the `advantage_kind` the rules below are asked about: "positive", "negative"
+    and "zero" ([B], one sign for the batch) and "mixed [B, T]" (every sign, zeros included). Always: no NaN,
+    masked positions change nothing, refimpl equals the oracle rounded to refimpl's dtype; on top of that
+
+    - `log_ratio_bounded(keywords, advantage_kind, dtype)` says whether every value and gradient is also
+      finite (a clipped or clamped ratio, the side of the clip that bounds r, float64 where e^100 is
+      representable); where it says False an overflow is the oracle's +-inf, never NaN;
+    - `zero_advantage_vanishes`: with A = 0 every value and gradient is exactly 0 (an overflowing ratio
+      times A = 0 is 0). False for a loss with a term that does not carry A (kl_cov's |d| penalty); its
+      `log_ratio_bounded` then says whether that term alone is finite.
+    """
 
     log_ratio_keywords: tuple[dict[str, Any], ...] = ()
     log_ratio_bounded: Callable[[dict[str, Any], str, str], bool] | None = None
+    zero_advantage_vanishes: bool = True
+
+    def __post_init__(self) -> None:
+        if self.log_ratio_keywords and self.log_ratio_bounded is None:
+            raise ValueError("Extremes: log_ratio_keywords without a log_ratio_bounded rule")
+
+
+def literal(value: Any) -> str:
+    """A default as the spec's text writes it: `"group"`, `1e-6`, `0.2`, `None`, `True`."""
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, float) and value and abs(value) < 1e-3:
+        mantissa, exponent = f"{value:.12e}".split("e")
+        return f"{float(mantissa):g}e{int(exponent)}"
+    return repr(value)
 
 
 InputsFn = Callable[[np.random.Generator], tuple[dict[str, Any], dict[str, Any]]]
@@ -198,7 +238,7 @@ class Quantity:
     preset_inputs: Callable[..., Callable[[], Case]] | None = None
     errors: tuple[ErrorInput, ...] = ()
     extremes: Extremes = Extremes()
-    summary: str = ""  # the one-line "returns" of api.md's function table
+    returns: str = ""  # what it returns, api.md's generated function table ("`[B,T]`; ...")
 
     def __post_init__(self) -> None:
         names = [a.name for a in self.args] + [k.name for k in self.keywords]
@@ -207,6 +247,9 @@ class Quantity:
         unknown = [k for k in (*self.question, *self.variants) if k not in {k.name for k in self.keywords}]
         if unknown:
             raise ValueError(f"{self.function}: question/variants name no keyword of the record: {unknown}")
+        unknown = sorted({n for kw in self.extremes.log_ratio_keywords for n in kw} - {k.name for k in self.keywords})
+        if unknown:
+            raise ValueError(f"{self.function}: extremes.log_ratio_keywords name no keyword of the record: {unknown}")
         bad = [i for i in self.invariants if i not in INVARIANTS or i == "detached"]
         if bad:
             raise ValueError(f"{self.function}: unknown invariants {bad} (detached follows from constant args)")
@@ -227,20 +270,22 @@ class Quantity:
         """The inputs the spec makes constants: no gradient may reach them (`invariant:detached`)."""
         return tuple(a.name for a in self.args if a.constant)
 
+    def conditioned(self, args: dict[str, Any], kwargs: dict[str, Any]) -> bool:
+        """Whether a case can be compared across precisions (`well_conditioned`; True when the record has none)."""
+        return self.well_conditioned is None or self.well_conditioned(args, kwargs)
+
     def keyword(self, name: str) -> Keyword:
         for k in self.keywords:
             if k.name == name:
                 return k
         raise KeyError(f"{self.function} has no keyword {name!r}")
 
-    def defaults(self) -> dict[str, Any]:
-        """Every keyword with a canonical default, at that default."""
-        return {k.name: k.default for k in self.keywords if not k.required}
-
     def signature_text(self) -> str:
-        """`name(arg, ..., *, kw=default, ...)` as api.md writes it."""
-        kws = [k.name if k.required else f"{k.name}={k.default!r}" for k in self.keywords]
-        return f"{self.function}({', '.join([*self.arg_names, *(['*', *kws] if kws else [])])})"
+        """`name(arg, ..., *, kw=default, ...)` as api.md writes it: an optional argument `=None`, strings
+        in double quotes, small numbers as `1e-6`."""
+        args = [f"{a.name}=None" if a.optional else a.name for a in self.args]
+        kws = [k.name if k.required else f"{k.name}={literal(k.default)}" for k in self.keywords]
+        return f"{self.function}({', '.join([*args, *(['*', *kws] if kws else [])])})"
 
     # --- the implementations and the presets, found by name --------------------------------------------
 
@@ -282,7 +327,7 @@ class Quantity:
 
     def strategy(self) -> st.SearchStrategy[Case]:
         """Hypothesis strategy of this record's cases (drawn through the seed)."""
-        return strategy(self)
+        return strategy(self.make_case)
 
     def golden_entries(self, presets: dict[str, dict[str, Any]]) -> list[GoldenCase]:
         """The record's golden entries: the hand-built ones, one per preset of `presets` that names the
@@ -332,5 +377,5 @@ class Quantity:
             yield dict(zip(names, values))
 
 
-__all__ = ["REQUIRED", "INVARIANTS", "PARTITION_KEYWORDS", "ROLES", "KINDS", "Arg", "Keyword", "GoldenCase",
-           "ErrorInput", "Extremes", "Quantity"]
+__all__ = ["REQUIRED", "INVARIANTS", "PARTITION_KEYWORDS", "ROLES", "SCALAR_ROLES", "KINDS", "Arg", "Keyword",
+           "GoldenCase", "ErrorInput", "Extremes", "Quantity", "literal"]

@@ -85,8 +85,9 @@ add("overlong_penalty/linear-buffer-one",
 OVERLONG_PENALTY = Quantity(
     "overlong_penalty",
     "reward.overlong",
+    returns="`[B]` float64 penalty `≤ 0`; lengths an integer array",
     args=(Arg("lengths", "[B] int", "lengths"),),
-    keywords=(MAX_LENGTH(), BUFFER(), FACTOR(1.0), BEYOND('floor')),
+    keywords=(MAX_LENGTH(), BUFFER(), FACTOR(1.0), BEYOND("floor")),
     inputs=_overlong_penalty_inputs,
     invariants=(),
     question=("max_length", "buffer", "factor"),
@@ -181,6 +182,7 @@ add("shaped_rewards/int-flags",
 SHAPED_REWARDS = Quantity(
     "shaped_rewards",
     "reward.shaping",
+    returns="`[B]` in the rewards' dtype",
     args=(Arg("rewards", "[B]", "seq", constant=True), Arg("truncated", "[B] bool", "flags")),
     keywords=(
         TRUNCATED_SCALE(1.0), TRUNCATED_VALUE(None), TRUNCATED_SHIFT(0.0), CLIP_LOW(None), CLIP_HIGH(None),

@@ -93,11 +93,12 @@ add("rlhf_token_rewards/on-policy",
 RLHF_TOKEN_REWARDS = Quantity(
     "rlhf_token_rewards",
     "reward.rlhf",
+    returns="`[B,T]`",
     args=(
         Arg("scores", "[B]", "seq", constant=True), Arg("logp", "[B, T]", "token", constant=True),
         Arg("ref_logp", "[B, T]", "token", constant=True), Arg("mask", "[B, T] bool", "mask"),
     ),
-    keywords=(KL_COEF(), KL_ESTIMATOR('k1')),
+    keywords=(KL_COEF(), KL_ESTIMATOR("k1")),
     inputs=_rlhf_token_rewards_inputs,
     invariants=("mask", "on_policy"),
     question=("kl_coef", "estimator"),

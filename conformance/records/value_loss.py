@@ -95,6 +95,7 @@ add("value_token_loss/values-equal-old-values-tie",
 VALUE_TOKEN_LOSS = Quantity(
     "value_token_loss",
     "loss.value",
+    returns="`[B,T]`",
     args=(
         Arg("values", "[B, T]", "token", grad=True), Arg("old_values", "[B, T]", "token"),
         Arg("returns", "[B, T]", "token", constant=True), Arg("mask", "[B, T] bool", "mask"),

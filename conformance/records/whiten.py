@@ -82,6 +82,7 @@ add("whiten/large-offset",
 WHITEN = Quantity(
     "whiten",
     "adv.whiten",
+    returns="`[B,T]`",
     args=(Arg("x", "[B, T]", "token", constant=True), Arg("mask", "[B, T] bool", "mask")),
     keywords=(SHIFT_MEAN(True), STD_DDOF(1), EPS(1e-08)),
     inputs=_whiten_inputs,

@@ -245,11 +245,11 @@ def run_case(
     if fn is None:
         return outcome
     rounded = cases.rounded_args(case, dtype)
-    if record.well_conditioned is not None and not record.well_conditioned(rounded, okw):
+    if not record.conditioned(rounded, okw):
         outcome.status = "ill_conditioned"
         return outcome
     expected = as_tuple(record.oracle(*rounded.values(), **okw))
-    upstream = seeded_upstream(record, expected, case.upstream_seed, dtype) if record.grad_args else None
+    upstream = seeded_upstream(record.output, expected, case.upstream_seed, dtype) if record.grad_args else None
     return check_adapter(
         outcome,
         adapter,
@@ -272,7 +272,7 @@ def rejudge(outcome: Outcome, oracle_kwargs: dict[str, Any] | None = None, judge
                   ref=outcome.ref, judged_at=judged_at, oracle_kwargs=None if okw == outcome.kwargs else okw,
                   observed=outcome.observed, values=outcome.values, grads=outcome.grads, upstream=outcome.upstream)
     rounded = cases.rounded_args(outcome.case, outcome.dtype)
-    if record.well_conditioned is not None and not record.well_conditioned(rounded, okw):
+    if not record.conditioned(rounded, okw):
         new.status = "ill_conditioned"
         return new
     expected = as_tuple(record.oracle(*rounded.values(), **okw))

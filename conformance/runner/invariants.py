@@ -76,7 +76,7 @@ def observe(
     if not wants_grad:
         return values, None
     if upstream is None:
-        upstream = seeded_upstream(record, values, upstream_seed, dtype)
+        upstream = seeded_upstream(record.output, values, upstream_seed, dtype)
     grads = adapter_grads(adapter, fn, raw, grad_inputs, rounded, kwargs, upstream, dtype, record)
     return values, grads
 
@@ -115,7 +115,7 @@ def run_mask(record: Quantity, adapter: LoadedAdapter, case: cases.Case, dtype: 
     if fn is None:
         return outcome
     clean_args = cases.rounded_args(case, dtype)
-    if record.well_conditioned is not None and not record.well_conditioned(clean_args, kwargs):
+    if not record.conditioned(clean_args, kwargs):
         outcome.status = "ill_conditioned"
         return outcome
     try:
@@ -213,7 +213,7 @@ def run_partition(record: Quantity, adapter: LoadedAdapter, case: cases.Case, dt
     if fn is None:
         return outcome
     rounded = cases.rounded_args(whole_case, dtype)
-    if record.well_conditioned is not None and not record.well_conditioned(rounded, kwargs):
+    if not record.conditioned(rounded, kwargs):
         outcome.status = "ill_conditioned"
         return outcome
     stats = _step_statistics(record, adapter, rounded, dtype)

@@ -42,13 +42,13 @@ counts per micro-batch; #12: local counts per rank; a missing ``x dp_world_size`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 import oracle
-from conformance.records import cases, inputs
+from conformance.records import Quantity, cases, inputs
 from conformance.records.keywords import AGG_MODE
 from conformance.runner.compare import compare
 from conformance.runner.protocol import Adapter, LoadedAdapter
@@ -56,11 +56,17 @@ from conformance.runner.rows import RowResult, seeds_for
 from conformance.runner.timeout import run_with_timeout
 from conformance.tolerances import tolerance
 
-__all__ = ["MODES", "partition_rows", "partition_row", "step_cases"]
+__all__ = ["MODES", "applies", "partition_rows", "partition_row", "step_cases"]
 
 MODES = AGG_MODE.choices
 DP = 2
 N_SEEDS = 3
+
+
+def applies(records: Sequence[Quantity]) -> bool:
+    """The rows belong to a run that checks the aggregation family (spec ids ``agg.*``): they are its
+    ``agg.partition[<mode>]`` rows."""
+    return any(r.spec_id.split(".")[0] == "agg" for r in records)
 
 
 # ---------------------------------------------------------------------------------------------

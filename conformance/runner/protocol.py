@@ -103,10 +103,6 @@ class LoadedAdapter:
             extra_rows=optional("extra_rows", None),
         )
 
-    @property
-    def is_torch(self) -> bool:
-        return self.array_api == "torch"
-
     def function(self, name: str) -> Callable[..., Any] | None:
         """The adapter's spec function `name`, or None when it has none."""
         fn = getattr(self.raw, name, None)

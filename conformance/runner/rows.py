@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
 STATUSES = {
     "pass": "the canonical quantity, at the precision reported beside it",
@@ -81,18 +81,22 @@ def seeds_for(function: str, base_seed: int, n: int) -> list[int]:
     return [(start + 104729 * i) % 2**32 for i in range(n)]
 
 
-def _name(adapter: Any) -> str:
+class _Named(Protocol):
+    name: str
+
+
+def _name(adapter: str | _Named) -> str:
     return adapter if isinstance(adapter, str) else adapter.name
 
 
-def error_row(row_id: str, spec_id: str, function: str, adapter: Any, message: str, seeds: list[int] | None = None) -> RowResult:
+def error_row(row_id: str, spec_id: str, function: str, adapter: str | _Named, message: str, seeds: list[int] | None = None) -> RowResult:
     """The row of a check that could not complete (a timeout, a crash, an adapter that cannot be loaded);
     `adapter` is the adapter or its name."""
     return RowResult(id=row_id, spec_id=spec_id, function=function, adapter=_name(adapter), status="error",
                      seeds=list(seeds or []), message=message)
 
 
-def not_implemented_row(row_id: str, spec_id: str, function: str, adapter: Any, message: str) -> RowResult:
+def not_implemented_row(row_id: str, spec_id: str, function: str, adapter: str | _Named, message: str) -> RowResult:
     """A row the adapter (or its name) does not offer, saying why."""
     return RowResult(id=row_id, spec_id=spec_id, function=function, adapter=_name(adapter), status="not_implemented",
                      message=message)

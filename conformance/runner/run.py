@@ -28,6 +28,7 @@ from conformance.errors import BrokenRun
 from conformance.records import Quantity, records_for
 from conformance.runner.isolation import IsolatedRows, isolates
 from conformance.runner.loading import AdapterLoadError, load_adapter
+from conformance.runner import partition
 from conformance.runner.options import RunOptions
 from conformance.runner.parts import core_error_row, core_row, run_part
 from conformance.runner.protocol import Adapter, LoadedAdapter
@@ -109,7 +110,7 @@ def run(adapters: Sequence[str | Adapter], records: Sequence[Quantity], options:
     units: list[_Unit] = []
     if "core" in options.parts:
         units += [_Unit("core", a, ref, [r]) for a, ref in loaded for r in records]
-    if "partition" in options.parts and any(r.function == "aggregate" for r in records):
+    if "partition" in options.parts and partition.applies(records):
         units += [_Unit("partition", a, ref) for a, ref in loaded]
     if "framework" in options.parts:
         units += [_Unit("framework", a, ref, list(records)) for a, ref in loaded if a.extra_rows is not None]

@@ -1,4 +1,4 @@
-"""Access to the spec text: sections by spec id, one-line descriptions."""
+"""Access to the spec text: sections by spec id, their titles and one-line descriptions."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ def section_path(spec_id: str) -> Path:
 
 def section(spec_id: str) -> str:
     return section_path(spec_id).read_text()
+
+
+def title(spec_id: str) -> str:
+    """The section's title: its `# <spec-id> — <title>` line without the spec id."""
+    first = next(line for line in section(spec_id).splitlines() if line.startswith("# "))
+    return first[2:].split(" — ", 1)[-1].strip()
 
 
 def description(spec_id: str) -> str:

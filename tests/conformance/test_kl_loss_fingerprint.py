@@ -28,7 +28,6 @@ def one_form_adapter(form: str) -> types.SimpleNamespace:
 
 
 def test_the_generated_cases_ask_every_form():
-    from conformance.records import cases
 
     asked = {make_case("kl_loss_term", s).kwargs["gradient"] for s in seeds_for("kl_loss_term", 0, 8)}
     assert asked == set(FORMS)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import refimpl
-from conformance.records import cases, make_case
+from conformance.records import make_case
 from conformance.runner.loading import load_adapter
 from conformance.bench.runner import run_case as run_bench_case
 from conformance.runner.differential import run_case

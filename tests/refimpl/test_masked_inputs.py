@@ -1,5 +1,11 @@
-"""NaN, ±inf and 1e30 planted where the mask says "unused" change no output and no gradient, for
-every spec function (api.md) that takes a mask; gradients there are exactly 0, never NaN.
+"""NaN, ±inf and 1e30 planted where the mask says "unused" change no output and no gradient (bit for bit)
+of any refimpl function that takes a mask and an input to plant; gradients there are exactly 0, never NaN.
+
+The spec quantities come from their records (every record with the "mask" invariant): its seeded cases,
+each also with the variants of its fingerprinting grid and refimpl's chunking options on top, and its
+hand-built golden entries, planted by `conformance.records.cases.plant_masked` (token ids by
+`plant_ids`). The refimpl functions that are no spec quantity (the fused log-prob + entropy pair, the
+vocab-parallel, packed and micro-batch forms) have explicit cases (`explicit_cases`).
 
 "Unused" is: masked positions of per-token inputs; for logits / hidden states, the rows t-1 whose
 token t is masked (and the last row); for input_ids, masked positions (planted with ids outside
@@ -8,16 +14,182 @@ the vocabulary).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
 import refimpl
+from conformance.records import BY_FUNCTION, RECORDS, Quantity, cases
 from refimpl.aggregation import AGGREGATION_MODES
+
+
+def run(fn: Callable, args: dict[str, Any], kwargs: dict[str, Any], grad: tuple[str, ...]) -> tuple[tuple, tuple]:
+    """`fn`'s outputs and the gradients of a weighted sum of them (a different weight per element) w.r.t. the
+    arguments `grad` (None where none reaches one; all None where the outputs have no gradient)."""
+    leaves = {k: (v.detach().clone().requires_grad_() if k in grad else v) for k, v in args.items()}
+    out = fn(*leaves.values(), **kwargs)
+    outs = out if isinstance(out, tuple) else (out,)
+    loss = sum((o.double() * (1.0 + torch.arange(o.numel(), dtype=torch.float64).view(o.shape))).sum() for o in outs)
+    inputs = [leaves[k] for k in grad]
+    if not inputs or not loss.requires_grad:  # a keep mask, a metric: nothing to differentiate
+        return outs, (None,) * len(inputs)
+    return outs, torch.autograd.grad(loss, inputs, allow_unused=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# the spec quantities: from their records
+# ----------------------------------------------------------------------------------------------
+
+SEEDS = (0, 1, 2, 3, 4, 5)
+SEARCH = 100  # a keyword choice that nothing else runs is run on the first seed below this that draws it
+DTYPES = ("float32", "bfloat16")
+MASK_RECORDS = [r for r in RECORDS if "mask" in r.invariants]
+# the roles of the arguments planted: float [B, T, ...] arrays (advantages when [B, T]) and token ids
+PLANTED_ROLES = ("token", "adv", "logits", "hidden", "weights", "ids")
+# refimpl's own keywords (no record has them: they change how refimpl computes, not what): chunks small
+# enough that their boundaries fall inside every batch
+REFIMPL_OPTIONS = {"chunk_size": 3, "vocab_chunk_size": 4}
+
+
+def keyword_sets(record: Quantity, kwargs: dict[str, Any], *, grid: bool) -> list[dict[str, Any]]:
+    """A case's keywords, then (`grid`) each variant of the record's fingerprinting grid on top of them, then
+    refimpl's chunking options on top where its refimpl has them; without repeats."""
+    sets = [kwargs, *({**kwargs, **v} for v in record.variant_grid() if grid)]
+    options = {k: v for k, v in REFIMPL_OPTIONS.items() if k in inspect.signature(record.refimpl).parameters}
+    if options:
+        sets.append({**kwargs, **options})
+    return [kw for i, kw in enumerate(sets) if kw not in sets[:i]]
+
+
+def _holds(kwargs: dict[str, Any], name: str, default: Any, choice: Any) -> bool:
+    """Whether keyword `name` (`default` where absent) is `choice` in `kwargs`."""
+    value = kwargs.get(name, default)
+    return type(value) is type(choice) and value == choice  # (True is not the choice 1)
+
+
+def missing_choices(record: Quantity, sets: list[dict[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """(keyword, choice) of every choice of a choice or bool keyword of `record` that no keyword set holds."""
+    for k in record.keywords:
+        for choice in k.choices:
+            if not any(_holds(kw, k.name, k.default, choice) for kw in sets):
+                yield k.name, choice
+
+
+def record_runs(record: Quantity) -> list[tuple[str, cases.Case, dict[str, Any]]]:
+    """(label, case, keywords) of every run of `record`: the cases of SEEDS with their `keyword_sets` (grid
+    included), then the case of the first seed drawing each keyword choice that neither these nor the golden
+    entries run, then the hand-built golden entries with theirs (no grid: their keywords are chosen)."""
+    seeded = {seed: record.make_case(seed) for seed in SEEDS}
+    golden = [(entry.id, entry.build()) for entry in record.golden]
+    sets = [kw for c in seeded.values() for kw in keyword_sets(record, c.kwargs, grid=True)]
+    sets += [kw for _, c in golden for kw in keyword_sets(record, c.kwargs, grid=False)]
+    for name, choice in list(missing_choices(record, sets)):
+        default = record.keyword(name).default
+        if any(_holds(kw, name, default, choice) for kw in sets):
+            continue  # drawn by the seed added for an earlier choice
+        for seed in (s for s in range(SEARCH) if s not in seeded):
+            case = record.make_case(seed)
+            if _holds(case.kwargs, name, default, choice):
+                seeded[seed] = case
+                sets += keyword_sets(record, case.kwargs, grid=True)
+                break
+    runs = [(f"seed {s}", c, kw) for s, c in seeded.items() for kw in keyword_sets(record, c.kwargs, grid=True)]
+    return runs + [(label, c, kw) for label, c in golden for kw in keyword_sets(record, c.kwargs, grid=False)]
+
+
+def _vocabulary(record: Quantity, args: dict[str, Any]) -> int:
+    """V: the last axis of the logits, or the rows of the LM head."""
+    for a in record.args:
+        if a.role in ("logits", "weight"):
+            shape = args[a.name].shape
+            return shape[-1] if a.role == "logits" else shape[0]
+    raise AssertionError(f"{record.function}: token ids without logits or an LM head")
+
+
+def plant_ids(record: Quantity, rounded: dict[str, Any], planted: dict[str, Any], seed: int) -> dict[str, Any]:
+    """`planted` with ids outside the vocabulary (-100, -1, V, V + 1000) at the masked positions of the
+    token ids: api.md never reads an id there (`plant_masked` plants floats only)."""
+    mask = rounded["mask"]
+    out = dict(planted)
+    for a in record.args:
+        if a.role == "ids":
+            V = _vocabulary(record, rounded)
+            bad = np.array([-100, -1, V, V + 1000])[np.random.default_rng(seed).integers(0, 4, size=mask.shape)]
+            out[a.name] = np.where(mask, rounded[a.name], bad)
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    return np.array_equal(a, b, equal_nan=True) if isinstance(a, np.ndarray) else a is b or a == b
+
+
+def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """torch.equal, with a NaN equal to a NaN at the same place (a golden entry's overflow can give one in a
+    gradient the spec does not define, such as dL/dA times an infinite ratio; planting must not move it)."""
+    nan = torch.isnan(a)
+    return torch.equal(nan, torch.isnan(b)) and torch.equal(torch.where(nan, 0, a), torch.where(nan, 0, b))
+
+
+def _unused_where(unused: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    where = torch.from_numpy(unused)
+    return where.reshape(where.shape + (1,) * (like.dim() - 2)).expand_as(like)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("function", [r.function for r in MASK_RECORDS])
+def test_record_planted_values_change_nothing(function, dtype):
+    """Every run of `record_runs`, rounded to `dtype`, against the same with NaN, ±inf, ±1e30 (and bad ids) at
+    every unused position: outputs and the gradients w.r.t. every float argument (the spec's gradient
+    arguments and the others autograd reaches, such as old log-probs and advantages) unchanged, the
+    gradients exactly 0 at the unused positions; a seeded case (well inside the dtype's range) all finite."""
+    record = BY_FUNCTION[function]
+    seeds_planted = False
+    for i, (label, case, kwargs) in enumerate(record_runs(record)):
+        what = f"{function} [{dtype}] {label} {kwargs}"
+        rounded = cases.rounded_args(case, dtype)
+        dirty = plant_ids(record, rounded, cases.plant_masked(case.derived(rounded, "rounded"), i).args, i)
+        unused = {a.name: cases.unused_positions(a.name, rounded["mask"]) for a in record.args
+                  if a.role in PLANTED_ROLES and np.shape(rounded[a.name])[:2] == rounded["mask"].shape}
+        changed = {k for k in rounded if not _same(rounded[k], dirty[k])}
+        assert changed <= set(unused), f"{what}: planted {sorted(changed - set(unused))}: not a per-token input"
+        seeds_planted |= case.seed is not None and bool(changed)
+        floats = tuple(k for k, v in rounded.items() if cases.is_float_array(v))
+        clean_out, clean_grads = run(record.refimpl, cases.torch_args(rounded, dtype, ()), kwargs, floats)
+        dirty_out, dirty_grads = run(record.refimpl, cases.torch_args(dirty, dtype, ()), kwargs, floats)
+        for j, (a, b) in enumerate(zip(clean_out, dirty_out)):
+            assert _identical(a, b), f"{what}: output {j} changed"
+            assert case.seed is None or torch.isfinite(b).all(), f"{what}: output {j} not finite"
+        for name, a, b in zip(floats, clean_grads, dirty_grads):
+            zeros = torch.zeros(rounded[name].shape, dtype=cases.TORCH_DTYPES[dtype])
+            a, b = (zeros if g is None else g for g in (a, b))
+            assert _identical(a, b), f"{what}: gradient w.r.t. {name} changed"
+            assert case.seed is None or torch.isfinite(b).all(), f"{what}: gradient w.r.t. {name} not finite"
+            if name in unused:
+                assert (b[_unused_where(unused[name], b)] == 0).all(), f"{what}: gradient w.r.t. {name} where unused"
+    assert seeds_planted, f"{function}: no seeded case has a position to plant"
+
+
+def test_every_record_with_a_mask_is_run():
+    """A record with a mask and an input to plant holds the "mask" invariant (so it is run above), and its
+    runs hold every choice of its choice and bool keywords."""
+    for record in RECORDS:
+        plantable = [a.name for a in record.args if a.role in PLANTED_ROLES]
+        if "mask" in record.arg_names and plantable:
+            assert record in MASK_RECORDS, f"{record.function}: takes a mask and {plantable}, no mask invariant"
+    for record in MASK_RECORDS:
+        assert "mask" in record.arg_names, f"{record.function}: the mask invariant without a mask argument"
+        missing = list(missing_choices(record, [kw for _, _, kw in record_runs(record)]))
+        assert not missing, f"{record.function}: no run (seeds < {SEARCH}, grid, golden entries) holds {missing}"
+
+
+# ----------------------------------------------------------------------------------------------
+# refimpl functions that are no spec quantity: explicit cases
+# ----------------------------------------------------------------------------------------------
 
 B, T, V, D = 5, 8, 11, 4
 POISON = (float("nan"), float("inf"), float("-inf"), 1e30, -1e30)
@@ -42,6 +214,8 @@ UNREAD_ROWS[:, :-1] = ~MASK[:, 1:]
 
 @dataclass
 class Case:
+    """An explicit case of a refimpl function that is no spec quantity."""
+
     fn: Callable
     args: dict[str, torch.Tensor]  # positional arguments, in order
     kwargs: dict = field(default_factory=dict)
@@ -54,155 +228,21 @@ def token(dtype, seed, scale=1.0, offset=0.0):
     return (offset + scale * torch.randn(B, T, generator=g, dtype=torch.float64)).to(dtype)
 
 
-def cases(dtype: torch.dtype) -> dict[str, Case]:
+def explicit_cases(dtype: torch.dtype) -> dict[str, Case]:
+    """The refimpl functions with a mask that have no record: the fused log-prob + entropy pair and
+    `multi_gpu_cases`."""
     g = torch.Generator().manual_seed(0)
     logits = (3 * torch.randn(B, T, V, generator=g, dtype=torch.float64)).to(dtype)
     hidden = torch.randn(B, T, D, generator=g, dtype=torch.float64).to(dtype)
     weight = torch.randn(V, D, generator=g, dtype=torch.float64).to(dtype)
     ids = torch.randint(0, V, (B, T), generator=g)
-    logp = -token(dtype, 1).abs()
-    old = logp + 0.3 * token(dtype, 2)
-    adv_bt, adv_b = token(dtype, 3), torch.randn(B, generator=g, dtype=torch.float64).to(dtype)
-    scores = torch.randn(B, generator=g, dtype=torch.float64).to(dtype)
-    per_token = {"logp": MASKED, "old_logp": MASKED, "ref_logp": MASKED, "advantages": MASKED}
     out = {
-        "token_logprobs": Case(refimpl.token_logprobs, {"logits": logits, "input_ids": ids, "mask": MASK},
-                               {"temperature": 0.7}, {"logits": UNREAD_ROWS, "input_ids": MASKED}, ("logits",)),
-        "token_entropy": Case(refimpl.token_entropy, {"logits": logits, "mask": MASK}, {"temperature": 1.3},
-                              {"logits": UNREAD_ROWS}, ("logits",)),
-        "token_logprobs_from_hidden": Case(
-            refimpl.token_logprobs_from_hidden, {"hidden": hidden, "weight": weight, "input_ids": ids, "mask": MASK},
-            {"temperature": 0.7, "chunk_size": 3}, {"hidden": UNREAD_ROWS, "input_ids": MASKED}, ("hidden", "weight")),
-        "token_entropy_from_hidden": Case(
-            refimpl.token_entropy_from_hidden, {"hidden": hidden, "weight": weight, "mask": MASK},
-            {"vocab_chunk_size": 4}, {"hidden": UNREAD_ROWS}, ("hidden", "weight")),
         "token_logprobs_and_entropy_from_hidden": Case(
             refimpl.token_logprobs_and_entropy_from_hidden,
             {"hidden": hidden, "weight": weight, "input_ids": ids, "mask": MASK},
             {}, {"hidden": UNREAD_ROWS, "input_ids": MASKED}, ("hidden", "weight")),
-        "rlhf_token_rewards": Case(refimpl.rlhf_token_rewards, {"scores": scores, "logp": logp, "ref_logp": old, "mask": MASK},
-                                   {"kl_coef": 0.1, "estimator": "k3"}, per_token, ()),
-        "gae": Case(refimpl.gae, {"token_rewards": token(dtype, 4), "values": token(dtype, 5), "mask": MASK},
-                    {"gamma": 0.99, "lam": 0.95}, {"token_rewards": MASKED, "values": MASKED}, ()),
-        # spec v1.1 adv.reinforce_pp: row 2's tool gap is where the three rules differ
-        **{f"reinforce_pp_advantages-{gap}": Case(
-            refimpl.reinforce_pp_advantages, {"token_rewards": token(dtype, 15), "mask": MASK},
-            {"gamma": 0.9, "gap": gap, "std_ddof": 0}, {"token_rewards": MASKED}, ())
-           for gap in ("skip", "reset", "discount")},
-        # spec v1.1 adv.optimal_token_baseline: the 5 rows as one group (row 2's tool gap, row 3 empty), both
-        # alignments; every per-token input is planted
-        **{f"optimal_token_baseline_advantages-{align}": Case(
-            refimpl.optimal_token_baseline_advantages,
-            {"token_rewards": token(dtype, 17), "mask": MASK, "group_size": B, "old_logp": logp,
-             "sum_pi_squared": torch.exp(2 * logp) + 0.1, "is_weights": torch.exp(0.3 * token(dtype, 18))},
-            {"align": align, "eps": 1e-8},
-            {"token_rewards": MASKED, "old_logp": MASKED, "sum_pi_squared": MASKED, "is_weights": MASKED}, ())
-           for align in ("position", "valid_token")},
-        "whiten": Case(refimpl.whiten, {"x": token(dtype, 6, 2.0, 5.0), "mask": MASK}, {"shift_mean": False},
-                       {"x": MASKED}, ()),
-        "pg_token_loss": Case(refimpl.pg_token_loss, {"logp": logp, "advantages": adv_bt, "mask": MASK}, {},
-                              per_token, ("logp", "advantages")),
-        "value_token_loss": Case(refimpl.value_token_loss,
-                                 {"values": token(dtype, 7), "old_values": token(dtype, 8), "returns": token(dtype, 9), "mask": MASK},
-                                 {"clip": 0.2}, {"values": MASKED, "old_values": MASKED, "returns": MASKED}, ("values", "old_values")),
     }
-    for estimator in ("k1", "k2", "k3"):
-        out[f"kl_penalty-{estimator}"] = Case(
-            refimpl.kl_penalty, {"logp": logp, "ref_logp": old, "mask": MASK},
-            {"estimator": estimator, "log_ratio_clamp": 5.0, "clamp": 10.0}, per_token, ("logp", "ref_logp"))
-    for estimator, gradient in (("abs", "estimator"), ("k3", "straight_through"), ("k1", "unbiased"),
-                                ("k3", "bias_corrected")):
-        out[f"kl_loss_term-{gradient}"] = Case(
-            refimpl.kl_loss_term, {"logp": logp, "ref_logp": old - 0.2, "mask": MASK, "old_logp": old},
-            {"estimator": estimator, "gradient": gradient, "log_ratio_clamp": 5.0, "clamp": 10.0, "weight_cap": None},
-            per_token, ("logp", "ref_logp", "old_logp"))
-    for name, fn, kw in [
-        ("ppo", refimpl.ppo_token_loss, {"dual_clip": 3.0, "log_ratio_clamp": 20.0}),
-        ("gspo-sequence", refimpl.gspo_token_loss, {"eps_low": 0.05, "eps_high": 0.1}),
-        ("gspo-token_sg", refimpl.gspo_token_loss, {"form": "token_sg"}),
-        ("cispo-relative", refimpl.cispo_token_loss, {"eps_low": 0.2}),
-        ("cispo-absolute", refimpl.cispo_token_loss, {"eps_high": 5.0, "bound": "absolute"}),
-        ("cispo-ratio", refimpl.cispo_token_loss, {"eps_low": 0.2, "eps_high": 0.2, "surrogate": "ratio"}),
-        ("sapo", refimpl.sapo_token_loss, {"tau_pos": 2.0, "log_ratio_clamp": 20.0}),
-        ("gmpo", refimpl.gmpo_token_loss, {"eps_low": 0.2}),
-        ("dppo-tv", refimpl.dppo_token_loss, {"ratio_cap": 3.0}),
-        ("dppo-kl", refimpl.dppo_token_loss, {"divergence": "kl", "delta_high": 0.05}),
-        ("dro", refimpl.dro_token_loss, {"beta": 0.1}),
-        ("vespo", refimpl.vespo_token_loss, {"log_ratio_clamp": 20.0, "w_max": 100.0}),
-        ("kl_cov", refimpl.kl_cov_token_loss, {"fraction": 0.3, "coef": 1.0}),
-    ]:
-        for adv_name, adv in (("tokens", adv_bt), ("rows", adv_b)):
-            args = {"logp": logp, "old_logp": old, "advantages": adv, "mask": MASK}
-            plant = dict(per_token) if adv.dim() == 2 else {k: v for k, v in per_token.items() if k != "advantages"}
-            out[f"{name}-{adv_name}"] = Case(fn, args, kw, plant, ("logp", "old_logp"))
-        # Clip-Cov's keep mask: the draws are planted too (a window that holds candidates, half of them cut)
-        out[f"clip_cov_mask-{adv_name}"] = Case(
-            refimpl.clip_cov_mask, {"logp": logp, "old_logp": old, "advantages": adv, "mask": MASK, "draws": token(dtype, 15)},
-            {"fraction": 0.5, "cov_low": -0.5, "cov_high": 5.0}, {**plant, "draws": MASKED})
-    policy_args = {"logp": logp, "old_logp": old, "ref_logp": old - 0.2, "advantages": adv_bt, "mask": MASK}
-    out["policy_loss"] = Case(refimpl.policy_loss, policy_args, {"kl_coef": 0.1, "mode": "seq_mean_token_mean"},
-                              per_token, ("logp", "old_logp", "ref_logp"))
-    out["ppo_clipped_mask"] = Case(refimpl.ppo_clipped_mask, {k: v for k, v in policy_args.items() if k != "ref_logp"},
-                                   {"dual_clip": 3.0}, per_token)
-    for mode in AGGREGATION_MODES:
-        out[f"aggregate-{mode}"] = Case(refimpl.aggregate, {"token_loss": token(dtype, 10), "mask": MASK},
-                                        {"mode": mode, "norm_length": 7.0}, {"token_loss": MASKED}, ("token_loss",))
-    # spec v1.1 entropy terms: entropies >= 0; the pooled case holds another part's entropies too
-    entropy = token(dtype, 16).abs()
-    out["entropy_top_mask"] = Case(refimpl.entropy_top_mask, {"entropy": entropy, "mask": MASK}, {"rho": 0.3},
-                                   {"entropy": MASKED})
-    pool = entropy.double()[MASK].tolist() + [0.1, 2.5, 0.7]
-    out["entropy_top_mask-pooled"] = Case(refimpl.entropy_top_mask, {"entropy": entropy, "mask": MASK},
-                                          {"rho": 0.5, "pooled_entropy": pool}, {"entropy": MASKED})
-    for mode in AGGREGATION_MODES:
-        out[f"entropy_bonus-{mode}"] = Case(
-            refimpl.entropy_bonus, {"entropy": entropy, "mask": MASK},
-            {"entropy_coef": 0.01, "mode": mode, "norm_length": 7.0, "num_tokens": 40.0, "num_seqs": 9.0},
-            {"entropy": MASKED}, ("entropy",))
-    out.update(offpolicy_cases(dtype, logp, old, adv_bt, adv_b))
     out.update(multi_gpu_cases(dtype, logits, hidden, weight, ids))
-    return out
-
-
-def offpolicy_cases(dtype, logp, old, adv_bt, adv_b) -> dict[str, Case]:
-    """Spec v1.1: every log-prob and advantage array is planted at masked positions (behav_version is
-    an integer array: -1 there, as AReaL's prompt tokens)."""
-    rollout = old - 0.2 * token(dtype, 13)
-    pair = {"old_logp": MASKED, "rollout_logp": MASKED}
-    out = {}
-    for level, mode in (("token", "truncate"), ("sequence", "mask"), ("sequence", "none")):
-        out[f"rollout_is_weights-{level}-{mode}"] = Case(
-            refimpl.rollout_is_weights, {"old_logp": old, "rollout_logp": rollout, "mask": MASK},
-            {"level": level, "seq_stat": "geometric", "mode": mode, "lo": 0.5, "hi": 3.0, "batch_normalize": True}, pair)
-    for level in ("token", "seq_mean", "seq_all"):
-        out[f"rollout_rejection_mask-{level}"] = Case(
-            refimpl.rollout_rejection_mask, {"old_logp": old, "rollout_logp": rollout, "mask": MASK},
-            {"statistic": "k3", "level": level, "hi": 0.2}, pair)
-    for adv_name, adv in (("tokens", adv_bt), ("rows", adv_b)):
-        plant = {"logp": MASKED, "prox_logp": MASKED, "behav_logp": MASKED}
-        if adv.dim() == 2:
-            plant["advantages"] = MASKED
-        out[f"decoupled_ppo_token_loss-{adv_name}"] = Case(
-            refimpl.decoupled_ppo_token_loss,
-            {"logp": logp, "prox_logp": old, "behav_logp": rollout, "advantages": adv, "mask": MASK},
-            {"dual_clip": 3.0, "behav_cap": 2.0, "behav_mode": "mask"}, plant, ("logp",))
-        out[f"off_policy_sequence_mask-{adv_name}"] = Case(
-            refimpl.off_policy_sequence_mask, {"logp": logp, "old_logp": old, "advantages": adv, "mask": MASK},
-            {"threshold": 0.05}, {k: v for k, v in plant.items() if k in ("logp", "advantages")} | {"old_logp": MASKED})
-    weights = torch.exp(0.3 * token(dtype, 14))
-    keep = ~(torch.arange(T).expand(B, T) % 3 == 0)  # True at masked positions too: never read there
-    for rejected in ("drop", "zero"):
-        out[f"corrected_policy_loss-{rejected}"] = Case(
-            refimpl.corrected_policy_loss,
-            {"logp": logp, "old_logp": old, "ref_logp": rollout, "advantages": adv_bt, "is_weights": weights,
-             "keep_mask": keep, "mask": MASK},
-            {"kl_coef": 0.1, "mode": "seq_mean_token_mean", "weight_kl": True, "rejected": rejected},
-            {"logp": MASKED, "old_logp": MASKED, "ref_logp": MASKED, "advantages": MASKED, "is_weights": MASKED},
-            ("logp",))
-    versions = torch.where(MASK, torch.arange(T).expand(B, T) % 4, -1)
-    out["proximal_logp_interpolation"] = Case(
-        refimpl.proximal_logp_interpolation, {"logp": logp, "behav_logp": rollout, "behav_version": versions, "mask": MASK},
-        {"version": 4, "method": "linear"}, {"logp": MASKED, "behav_logp": MASKED})
     return out
 
 
@@ -257,25 +297,20 @@ def multi_gpu_cases(dtype, logits, hidden, weight, ids) -> dict[str, Case]:
     return out
 
 
-SEQUENCE_LEVEL = {"reinforce_advantages", "rloo_advantages", "grpo_advantages",  # no mask, no masked position
-                  "overlong_penalty", "shaped_rewards",  # spec v1.1 reward shaping: [B] in, [B] out
-                  # spec v1.1 advantage estimators with [B] rewards only; the two that take a mask read
-                  # nothing at its positions but the mask itself (the valid-token counts of OPO, where
-                  # REINFORCE++-baseline writes): there is no per-token input to plant
-                  "remax_advantages", "grpo_passk_advantages", "gdpo_advantages", "maxrl_advantages",
-                  "gpg_advantages", "opo_advantages", "reinforce_pp_baseline_advantages"}
-CONTROLLERS = {"kl_controller_update", "entropy_coef_update", "entropy_coef_applied"}  # scalars: no mask
-API = Path(__file__).resolve().parents[2] / "conformance" / "spec" / "v1" / "api.md"
-
-
-def test_every_spec_function_is_covered():
-    """Every function of the api.md table (plus the fused log-prob + entropy pair) is exercised here."""
-    spec = set(re.findall(r"^\| `[^`]+` \| `([a-z_]+)\(", API.read_text(), flags=re.M))
-    assert spec, f"no function table found in {API}"
-    covered = {case.fn.__name__ for case in cases(torch.float32).values()}
-    assert spec - SEQUENCE_LEVEL - CONTROLLERS <= covered
-    assert "token_logprobs_and_entropy_from_hidden" in covered
-    assert (spec | covered) <= set(refimpl.__all__)
+def test_every_other_function_with_a_mask_has_an_explicit_case():
+    """A refimpl function with a mask and another positional input that is no record has an explicit case
+    (those with the mask alone, such as the packing helpers, have nothing to plant); a record has none."""
+    explicit = {case.fn.__name__ for case in explicit_cases(torch.float32).values()}
+    assert explicit.isdisjoint(BY_FUNCTION), f"records run from their records: {sorted(explicit & set(BY_FUNCTION))}"
+    assert {r.function for r in MASK_RECORDS} | explicit <= set(refimpl.__all__)
+    for name in refimpl.__all__:
+        fn = getattr(refimpl, name)
+        if name in BY_FUNCTION or not inspect.isfunction(fn):
+            continue
+        parameters = inspect.signature(fn).parameters.values()
+        inputs = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "mask"]
+        if "mask" in inspect.signature(fn).parameters and inputs:
+            assert name in explicit, f"{name}: takes a mask and {inputs}, has no explicit case"
 
 
 def planted(name: str, x: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
@@ -290,24 +325,14 @@ def planted(name: str, x: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
     return torch.where(where, poison, x)
 
 
-def run(case: Case, args: dict[str, torch.Tensor]):
-    leaves = {k: (v.clone().requires_grad_() if k in case.grad else v) for k, v in args.items()}
-    out = case.fn(*leaves.values(), **case.kwargs)
-    outs = out if isinstance(out, tuple) else (out,)
-    loss = sum((o.double() * (1.0 + torch.arange(o.numel(), dtype=torch.float64).view(o.shape))).sum() for o in outs)
-    inputs = [leaves[k] for k in case.grad]
-    grads = torch.autograd.grad(loss, inputs, allow_unused=True) if inputs else ()
-    return outs, grads
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("name", sorted(cases(torch.float32)))
+@pytest.mark.parametrize("name", sorted(explicit_cases(torch.float32)))
 def test_planted_values_change_nothing(name, dtype):
-    case = cases(dtype)[name]
-    clean_out, clean_grads = run(case, case.args)
+    case = explicit_cases(dtype)[name]
+    clean_out, clean_grads = run(case.fn, case.args, case.kwargs, case.grad)
     dirty_args = {k: planted(k, v, case.plant[k]) if k in case.plant else v for k, v in case.args.items()}
     assert any(not torch.equal(dirty_args[k], case.args[k]) for k in case.plant)
-    dirty_out, dirty_grads = run(case, dirty_args)
+    dirty_out, dirty_grads = run(case.fn, dirty_args, case.kwargs, case.grad)
     for a, b in zip(clean_out, dirty_out):
         assert torch.equal(a, b), f"{name}: output changed"
         assert torch.isfinite(b).all()

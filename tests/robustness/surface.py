@@ -2,8 +2,9 @@
 every public function, built from one integer seed.
 
 Used by the bad-input fuzzer (`test_bad_inputs.py`: every mutation starts from a base call that
-passes) and the numerical-extremes tests. Coverage is automatic: a callable newly added to a
-package's `__all__` has no base call until one is written here, and `base_call` then raises
+passes). Coverage is automatic: a spec function's base call is its record's case
+(`conformance.records`), and a callable newly added to a package's `__all__` without a record has no
+base call until one is written in `EXTRA_BASE`; `base_call` then raises
 `LookupError("no base call for ...")`, which fails the fuzzer's coverage test.
 """
 
@@ -19,8 +20,7 @@ import torch
 
 import oracle
 import refimpl
-from conformance.records import cases, make_case
-from conformance.records import BY_FUNCTION
+from conformance.records import BY_FUNCTION, make_case
 
 LIBS = {"oracle": oracle, "refimpl": refimpl}
 
@@ -96,7 +96,7 @@ def _ensure_valid_position(args: dict[str, Any]) -> None:
         mask[0, -1] = True
 
 
-def _from_registry(function: str, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
+def _from_record(function: str, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
     case = make_case(function, seed)
     args = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in case.args.items()}
     _ensure_valid_position(args)
@@ -104,16 +104,16 @@ def _from_registry(function: str, seed: int) -> tuple[dict[str, Any], dict[str, 
 
 
 def _global_counts(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    args, _ = _from_registry("whiten", seed)
+    args, _ = _from_record("whiten", seed)
     return {"mask": args["mask"]}, {}
 
 
 def _renamed(function: str, renames: dict[str, str], **extra: Any) -> Callable[[int], tuple[dict[str, Any], dict[str, Any]]]:
-    """A registry case of `function` with arguments renamed (`logits` -> `logits_shard`) and extra
+    """A record case of `function` with arguments renamed (`logits` -> `logits_shard`) and extra
     keywords (single process: a vocabulary shard is the whole vocabulary, `vocab_start=0`)."""
 
     def build(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-        args, kwargs = _from_registry(function, seed)
+        args, kwargs = _from_record(function, seed)
         return {renames.get(k, k): v for k, v in args.items()}, {**kwargs, **extra}
 
     return build
@@ -126,35 +126,35 @@ def one_sequence_per_row(mask: np.ndarray) -> np.ndarray:
 
 
 def _packed(function: str) -> Callable[[int], tuple[dict[str, Any], dict[str, Any]]]:
-    """A registry case of `function` (token_logprobs, token_entropy, aggregate) laid out as packed rows."""
+    """A record case of `function` (token_logprobs, token_entropy, aggregate) laid out as packed rows."""
 
     def build(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-        args, kwargs = _from_registry(function, seed)
+        args, kwargs = _from_record(function, seed)
         return args, {**kwargs, "cu_seqlens": one_sequence_per_row(args["mask"])}
 
     return build
 
 
 def _packed_mask_only(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    args, _ = _from_registry("whiten", seed)
+    args, _ = _from_record("whiten", seed)
     return {"mask": args["mask"]}, {"cu_seqlens": one_sequence_per_row(args["mask"])}
 
 
 def _step_counts(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    a, _ = _from_registry("whiten", seed)
-    b, _ = _from_registry("whiten", seed + 1)
+    a, _ = _from_record("whiten", seed)
+    b, _ = _from_record("whiten", seed + 1)
     return {"masks": [a["mask"], b["mask"]]}, {}
 
 
 def _micro_batch_loss(seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
-    args, kwargs = _from_registry("aggregate", seed)
+    args, kwargs = _from_record("aggregate", seed)
     counts = refimpl.step_counts([torch.from_numpy(args["mask"])])
     return {**args, "counts": counts}, kwargs
 
 
-# Functions outside the registry (no spec id of their own): how to build a valid call.
+# Functions outside the records (no spec id of their own: refimpl extras): how to build a valid call.
 EXTRA_BASE: dict[str, Callable[[int], tuple[dict[str, Any], dict[str, Any]]]] = {
-    "token_logprobs_and_entropy_from_hidden": lambda seed: _from_registry("token_logprobs_from_hidden", seed),
+    "token_logprobs_and_entropy_from_hidden": lambda seed: _from_record("token_logprobs_from_hidden", seed),
     "global_counts": _global_counts,
     # refimpl.distributed / refimpl.vocab_parallel on one process
     "step_counts": _step_counts,
@@ -184,8 +184,8 @@ def _numpy_base(name: str, seed: int) -> tuple[dict[str, Any], dict[str, Any]]:
         return EXTRA_BASE[name](seed)
     base = spec_function(name)
     if base not in BY_FUNCTION or (base != name and not BY_FUNCTION[base].grad_args):
-        raise LookupError(f"no base call for {name}: add a registry record or an EXTRA_BASE builder")
-    args, kwargs = _from_registry(base, seed)
+        raise LookupError(f"no base call for {name}: add a record or an EXTRA_BASE builder")
+    args, kwargs = _from_record(base, seed)
     if base != name:  # `<name>_grad(<args>, upstream, **kwargs)`: upstream has the output's shape
         out = getattr(oracle, base)(*args.values(), **kwargs)
         first = out[0] if isinstance(out, tuple) else out

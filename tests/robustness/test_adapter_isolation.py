@@ -13,7 +13,7 @@ import torch
 
 import oracle
 import refimpl
-from conformance.records import cases, make_case
+from conformance.records import make_case
 from conformance.runner import report as reports
 from conformance.runner.run import run, select_records
 from conformance.runner.options import RunOptions

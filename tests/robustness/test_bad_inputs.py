@@ -2,8 +2,14 @@
 
 The surface is found by introspection (`surface.public_functions`: every callable of `__all__`), so
 a new public function is covered automatically: it fails `test_every_public_function_is_covered`
-until it has a base call (`surface.EXTRA_BASE` or a registry record), a role for each positional
-argument (`ROLES`) and a rule for each keyword (`KEYWORDS`).
+until it has a base call (its record, or `surface.EXTRA_BASE`), a role for each positional argument
+and a rule for each keyword. A spec function gets all three from its record (`conformance.records`):
+each `Arg`'s role (and, for a scalar, its out-of-range values) and each `Keyword`'s kind and
+out-of-range values, for the function and its `<name>_grad` variant. Only what no record knows is
+written here, as the refimpl extras (`EXTENDS`, `EXTRA_ROLES`, `EXTRA_KEYWORDS`): the refimpl's own
+functions and the keywords it adds to spec functions. `test_record_signature_matches_the_implementations`
+proves that each record's signature is the oracle's (names, order, defaults) and that every argument
+and keyword of it is fuzzed.
 
 Each *mutation* breaks one argument of a valid base call in one way and states the exception the
 spec requires (`TypeError` for a wrong dtype or Python type, `ValueError` for everything else); the
@@ -16,9 +22,10 @@ message must start with `<function>: <argument>:`. A mutation applies to an argu
 - masks: float values other than 0/1, NaN in a float mask, 2 in an int mask, `mask[:, 0]` set;
 - NaN / +inf / -inf at a valid position (at the row t-1 that predicts a valid t for logits and
   hidden states), token ids out of [0, V) at a valid position;
-- group sizes 0, negative, not dividing B, float, bool, str; negative eps / eps_low / eps_high,
-  temperature <= 0, dual_clip <= 1, clip <= 0, gamma or lam outside [0, 1], negative ddof,
-  norm_length <= 0, negative global counts, chunk sizes < 1, NaN/inf/str/bool for every number;
+- group sizes 0, negative, not dividing B, float, bool, str; every keyword's out-of-range values
+  (`Keyword.invalid`: negative eps / eps_low / eps_high, temperature <= 0, dual_clip <= 1, clip <= 0,
+  gamma or lam outside [0, 1], negative ddof, norm_length <= 0, negative global counts, ...), chunk
+  sizes < 1, NaN/inf/str/bool for every number, None for every keyword that does not accept it;
 - unknown mode / estimator / baseline / scale / form / bound / singleton names, or non-str names;
 - an unknown keyword.
 
@@ -29,6 +36,8 @@ mutations meet other shapes, dtypes and keyword settings. `N_CASES` is their num
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,149 +46,145 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+
+import refimpl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.robustness.surface import Call, base_call, one_sequence_per_row, outputs, public_functions, surface
+from conformance.records import BY_FUNCTION, RECORDS
+from conformance.records.keywords import CLAMP, LOG_RATIO_CLAMP
+from conformance.records.record import SCALAR_ROLES, Arg, Keyword, Quantity
+from tests.robustness.surface import (
+    EXTRA_BASE,
+    Call,
+    base_call,
+    one_sequence_per_row,
+    outputs,
+    public_functions,
+    spec_function,
+    surface,
+)
 
 # ----------------------------------------------------------------------------------------------
-# roles of the positional arguments (by spec name) and kinds of the keywords
+# what the fuzzer knows of each parameter: the records' signatures, then the refimpl extras
 # ----------------------------------------------------------------------------------------------
 
-ROLES: dict[str, str] = {
-    "mask": "mask",
-    "masks": "mask list",
-    "input_ids": "ids",
-    "logits": "logits",
-    "logits_shard": "logits",
-    "hidden": "hidden",
-    "weight": "weight",
-    "weight_shard": "weight",
-    "rewards": "seq",
-    "scores": "seq",
-    "greedy_rewards": "seq",  # spec v1.1 adv.remax: one reward per prompt, [B / G]
-    "advantages": "adv",
-    "group_size": "group",
-    "counts": "counts",
-    "behav_version": "versions",
-    "keep_mask": "keep",
-    "is_weights": "weights",
-    "lengths": "lengths",  # spec v1.1 reward.overlong: completion lengths, an integer [B]
-    "truncated": "flags",  # spec v1.1 reward.shaping: bool (or exact 0/1) [B] beside the rewards
-    **{n: "token" for n in ("logp", "old_logp", "ref_logp", "values", "old_values", "returns",
-                            "token_rewards", "x", "token_loss", "rollout_logp", "prox_logp", "behav_logp",
-                            "draws", "entropy", "sum_pi_squared")},
-    # the controllers' scalar state (spec v1.1 ctrl.*): "real" a finite real, "count" an int >= 0,
-    # "state" a real or +inf (a measurement not taken yet)
-    **{n: "real" for n in ("kl_coef", "current_kl", "coef", "current_entropy")},
-    "n_steps": "count",
-    "last_entropy": "state",
-    # "upstream" is "token" for a [B, T] output and "scalar" for a scalar one (decided per call)
-}
-SCALAR_ROLES = frozenset({"real", "count", "state"})
-# Out-of-range values of scalar positional arguments (each a ValueError), on top of the generic ones.
-SCALAR_ARG_VALUES: dict[str, tuple[Any, ...]] = {"kl_coef": (-0.1,), "n_steps": (-1,)}
-# Array arguments that may be None (so the "None" mutation does not apply): (spec function, argument) ->
-# role. kl_loss_term's old_logp is required only by its ratio forms (tested in tests/oracle/test_oracle_kl_loss.py).
-OPTIONAL_ROLES: dict[tuple[str, str], str] = {("kl_loss_term", "old_logp"): "optional token",
-                                               # spec v1.1 adv.optimal_token_baseline: rollout IS weights or None
-                                               ("optimal_token_baseline_advantages", "is_weights"): "optional weights"}
+# The fuzzer's roles are the records' (`record.ROLES`: an `Arg`'s role) and a few of its own: an optional
+# array gets its own role (None is valid, so the "None" mutation does not apply), "scalar" is the upstream
+# of a scalar output, "mask list" and "counts" are refimpl extras (below). A controller's scalar state has
+# the roles `record.SCALAR_ROLES` ("real", "count", "state").
+OPTIONAL_ROLES: dict[str, str] = {"token": "optional token", "weights": "optional weights"}  # record role -> role
 
-CHOICES = ("estimator", "kl_estimator", "mode", "baseline", "scale", "singleton", "form", "bound",
-           "level", "seq_stat", "statistic", "kl_of", "behav_mode", "method", "rejected", "divergence",
-           "surrogate", "gradient", "beyond", "gap", "align", "tail_length")
-REALS = ("temperature", "eps", "eps_low", "eps_high", "dual_clip", "clip", "log_ratio_clamp", "clamp",
-         "gamma", "lam", "norm_length", "num_tokens", "num_seqs", "kl_coef", "lo", "hi", "behav_cap", "threshold",
-         "tau_pos", "tau_neg", "delta_low", "delta_high", "ratio_cap", "beta", "k_pos", "lambda_pos", "k_neg",
-         "lambda_neg", "w_min", "w_max", "weight_cap", "fraction", "cov_low", "cov_high", "coef",
-         "rho", "entropy_coef", "target", "horizon", "delta", "coef_min", "coef_max",
-         "factor", "truncated_scale", "truncated_value", "truncated_shift", "clip_low", "clip_high")
-INTS = ("std_ddof", "chunk_size", "vocab_chunk_size", "memory_budget", "vocab_start", "dp_world_size", "version", "max_length",
-        "buffer")
-BOOLS = ("shift_mean", "reduce_hidden_grad", "batch_normalize", "weight_kl", "zero_tail")
-LAYOUTS = ("cu_seqlens", "position_ids")  # packed rows: exactly one of the two
-SEQUENCES = ("seqs_per_mask",)
-POOLS = ("pooled_entropy",)  # a 1-D float array (or a list of floats) of a batch's values
-WEIGHT_LISTS = ("reward_weights",)  # spec v1.1 adv.gdpo: None or a list/tuple of K finite numbers
-# Keywords the fuzzer leaves alone, with the reason.
-NOT_FUZZED = {
-    "group": "a torch.distributed process group handle; None (or anything) means one process when "
-             "torch.distributed is not initialised, and torch validates real groups",
-}
+# --- the refimpl extras -----------------------------------------------------------------------------------
+# What no record knows, because it belongs to no spec quantity: the refimpl's own functions (packed rows,
+# vocabulary-parallel and distributed helpers, whose base calls are `surface.EXTRA_BASE`) and the keywords
+# the refimpl adds to spec functions (chunk sizes, a memory budget). Nothing here is about a spec function's
+# own arguments or keywords: those come from its record.
 
-# Out-of-range values per keyword (each a ValueError), on top of the generic NaN / inf / str / bool.
-KEYWORD_VALUES: dict[str, tuple[Any, ...]] = {
-    "temperature": (0.0, -1.0),
-    "eps": (-1e-6,),
-    "eps_low": (-0.1,),
-    "eps_high": (-0.1,),
-    "dual_clip": (1.0, 0.5),
-    "clip": (0.0, -0.5),
-    "log_ratio_clamp": (0.0, -1.0),
-    "clamp": (0.0, -1.0),
-    "gamma": (1.5, -0.1),
-    "lam": (1.5, -0.1),
-    "norm_length": (0.0, -4.0),
-    "num_tokens": (-1.0,),
-    "num_seqs": (-1.0,),
-    "kl_coef": (),
-    "std_ddof": (-1,),
-    "chunk_size": (0, -1),
-    "vocab_chunk_size": (0, -1),
-    "memory_budget": (-1,),
-    "vocab_start": (-1,),
-    "dp_world_size": (0, -2),
-    # lo / hi bound a ratio (> 0) in rollout_is_weights but a KL estimate (any real) in
-    # rollout_rejection_mask: only the generic NaN / inf / str / bool mutations apply to both
-    "lo": (),
-    "hi": (),
-    "behav_cap": (0.0, -1.0),
-    "threshold": (),
-    "version": (-1,),
-    "tau_pos": (0.0, -1.0),
-    "tau_neg": (0.0, -1.0),
-    "delta_low": (-0.1,),
-    "delta_high": (-0.1,),
-    "ratio_cap": (0.0, -1.0),
-    "beta": (0.0, -0.5),
-    "k_pos": (-1.0,),
-    "k_neg": (-1.0,),
-    "lambda_pos": (0.0, -1.0),
-    "lambda_neg": (0.0, -1.0),
-    "w_min": (0.0, -1.0),
-    "w_max": (0.0, -1.0),
-    "max_length": (0, -1),
-    "buffer": (-1, 10**9),  # 10**9 > every max_length drawn
-    "factor": (-0.5,),
-    # the truncation rule's values and the clip bounds are any real (clip_low > clip_high is clip_high's error)
-    "truncated_scale": (),
-    "truncated_value": (),
-    "truncated_shift": (),
-    "clip_low": (),
-    "clip_high": (),
-    "weight_cap": (0.0, -1.0),
-    "fraction": (0.0, -0.1, 1.5),
-    "cov_low": (),  # any real; cov_low >= cov_high is reported as cov_high's error
-    "cov_high": (-1e9,),
-    "coef": (-0.1,),
-    "rho": (-0.1, 1.5),
-    "entropy_coef": (),
-    # an entropy target is any real, a KL target is > 0: only the generic mutations apply to both
-    "target": (),
-    "horizon": (0.0, -1.0),
-    "delta": (-0.1,),
-    "coef_min": (),  # coef_min > coef_max is reported as coef_max's error
-    "coef_max": (-1e9,),
+# The record each non-record refimpl function extends: its arguments and keywords that the record also has
+# (same name, same meaning) follow the record's signature; the others are the extras below.
+EXTENDS: dict[str, str | None] = {
+    "token_logprobs_and_entropy_from_hidden": "token_logprobs_from_hidden",
+    "global_counts": "aggregate",  # the global counts of aggregate's mask
+    "step_counts": None,  # masks, group and seqs_per_mask: extras only
+    "micro_batch_loss": "aggregate",
+    "vocab_parallel_token_logprobs": "token_logprobs",
+    "vocab_parallel_token_entropy": "token_entropy",
+    "vocab_parallel_token_logprobs_from_hidden": "token_logprobs_from_hidden",
+    "vocab_parallel_token_entropy_from_hidden": "token_entropy_from_hidden",
+    "vocab_parallel_token_logprobs_and_entropy_from_hidden": "token_logprobs_from_hidden",
+    "packed_token_logprobs": "token_logprobs",
+    "packed_token_entropy": "token_entropy",
+    "packed_aggregate": "aggregate",
+    "packed_segments": "aggregate",  # the packed layout of a [B, T] mask
+    "pack_boundary_mask": "aggregate",
 }
-KEYWORDS = (set(CHOICES) | set(REALS) | set(INTS) | set(BOOLS) | set(LAYOUTS) | set(SEQUENCES) | set(POOLS)
-            | set(WEIGHT_LISTS) | set(NOT_FUZZED))
+# Roles of the arguments of non-record functions that their record lacks.
+EXTRA_ROLES: dict[str, str] = {
+    "logits_shard": "logits",  # this process's vocabulary columns
+    "weight_shard": "weight",  # this process's rows of the LM head
+    "masks": "mask list",  # step_counts: the [B, T] masks of a step's micro-batches
+    "counts": "counts",  # micro_batch_loss: a StepCounts
+}
+# Rules of the keywords that refimpl functions take beyond their record: a `Keyword` of a record kind (its
+# `invalid` values are out of range), or one of the fuzzer's own kinds: "layout" (packed rows: exactly one of
+# cu_seqlens and position_ids), "counts per mask" (a sequence of ints >= 0) and "not fuzzed".
+EXTRA_KEYWORDS: dict[str, Keyword | str] = {
+    "chunk_size": Keyword("chunk_size", "int", optional=True, invalid=(0, -1), doc="rows per chunk"),
+    "vocab_chunk_size": Keyword("vocab_chunk_size", "int", optional=True, invalid=(0, -1),
+                                doc="vocabulary rows of the LM head per chunk"),
+    "memory_budget": Keyword("memory_budget", "int", optional=True, invalid=(-1,), doc="bytes for the tiles"),
+    "vocab_start": Keyword("vocab_start", "int", invalid=(-1,), doc="the first vocabulary row of this shard"),
+    "dp_world_size": Keyword("dp_world_size", "int", optional=True, invalid=(0, -2), doc="data-parallel ranks"),
+    "reduce_hidden_grad": Keyword("reduce_hidden_grad", "bool", choices=(False, True),
+                                  doc="all-reduce the hidden states' gradient over the vocabulary group"),
+    # refimpl.rlhf_token_rewards takes kl_penalty's clamps, which api.md's reward.rlhf signature lacks
+    "log_ratio_clamp": LOG_RATIO_CLAMP,
+    "clamp": CLAMP,
+    "cu_seqlens": "layout",
+    "position_ids": "layout",
+    "seqs_per_mask": "counts per mask",
+    # a torch.distributed process group handle: None (or anything) means one process when torch.distributed
+    # is not initialised, and torch validates real groups
+    "group": "not fuzzed",
+}
+LAYOUTS = ("cu_seqlens", "position_ids")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What the fuzzer knows of one function's parameters: the role of each positional argument, the
+    out-of-range values of its scalar ones (`Arg.invalid`) and the rule of each keyword (see EXTRA_KEYWORDS).
+    A parameter missing here has no mutations, which `mutations_for` reports as a coverage failure."""
+
+    roles: dict[str, str]
+    invalid: dict[str, tuple[Any, ...]]
+    keywords: dict[str, Keyword | str]
+
+
+def _record_of(lib: str, function: str) -> Quantity | None:
+    """The record whose signature `<lib>.<function>` follows: its own (a `<name>_grad` variant's is its spec
+    function's), or the one a non-record refimpl function extends (None: it extends none)."""
+    if lib == "refimpl" and function in EXTENDS:
+        extended = EXTENDS[function]
+        return None if extended is None else BY_FUNCTION[extended]
+    if spec_function(function) not in BY_FUNCTION:
+        raise LookupError(f"no signature for {lib}.{function}: it needs a record (a refimpl function outside "
+                          "the spec: name the record it extends in EXTENDS)")
+    return BY_FUNCTION[spec_function(function)]
+
+
+def _role_of(arg: Arg) -> str:
+    """The fuzzer's role of a record's argument (an optional array has a role of its own)."""
+    if not arg.optional:
+        return arg.role
+    if arg.role not in OPTIONAL_ROLES:
+        raise LookupError(f"argument {arg.name!r} is an optional {arg.role!r}: add the role to OPTIONAL_ROLES "
+                          "and the mutations that apply to it")
+    return OPTIONAL_ROLES[arg.role]
+
+
+@functools.cache
+def signature(lib: str, function: str) -> Signature:
+    """The record's signature of `<lib>.<function>`, with the refimpl extras where the record has no such name
+    (extra roles for non-record functions only: a spec function's arguments are exactly its record's)."""
+    record = _record_of(lib, function)
+    args = record.args if record is not None else ()
+    roles = {a.name: _role_of(a) for a in args}
+    keywords: dict[str, Keyword | str] = {k.name: k for k in record.keywords} if record is not None else {}
+    if lib == "refimpl":
+        keywords = {**EXTRA_KEYWORDS, **keywords}
+        if function in EXTENDS:
+            roles = {**EXTRA_ROLES, **roles}
+    return Signature(roles, {a.name: a.invalid for a in args}, keywords)
 
 
 def role(call: Call, name: str) -> str | None:
-    if name == "upstream":
+    """The role of argument `name` of `call` (None: unknown); the upstream of a `<name>_grad` variant has
+    the output's shape, so it is "scalar" for a scalar output and "token" for a [B, T] one."""
+    if name == "upstream" and call.function != spec_function(call.function):
         return "scalar" if isinstance(call.value(name), float) else "token"
-    base = call.function[: -len("_grad")] if call.function.endswith("_grad") else call.function
-    return OPTIONAL_ROLES.get((base, name), ROLES.get(name))
+    return signature(call.lib, call.function).roles.get(name)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -373,34 +378,44 @@ def _group_mutations(call: Call) -> list[tuple[str, Any, type[Exception]]]:
     ]
 
 
-def _keyword_mutations(name: str) -> list[tuple[str, Any, type[Exception]]]:
-    if name in CHOICES:
-        return [("unknown name", "no_such_name", ValueError), ("an int", 3, TypeError), ("None", None, TypeError)]
-    if name in BOOLS:
-        return [("a str", "yes", TypeError), ("an int", 1, TypeError)]
-    if name in SEQUENCES:  # one count per mask
-        return [("a str", "12", TypeError), ("a tensor", torch.ones(2), TypeError), ("too short", [1], ValueError),
-                ("negative", [1, -1], ValueError), ("a float count", [1.5, 1], TypeError)]
-    if name in POOLS:
-        return [("NaN inside", [0.5, float("nan")], ValueError), ("+inf inside", [float("inf")], ValueError),
-                ("2-D", [[0.5, 1.0]], ValueError), ("int values", [1, 2], TypeError), ("bool values", [True], TypeError),
-                ("a str", "0.5", TypeError), ("a float", 0.5, TypeError)]
-    if name in WEIGHT_LISTS:  # entries are checked before the length (K <= 3 in every base call)
-        return [("a str", "1,2", TypeError), ("a float", 1.0, TypeError), ("a tensor", torch.ones(2), TypeError),
-                ("NaN inside", [float("nan")], ValueError), ("+inf inside", [float("inf")], ValueError),
-                ("a str inside", ["1"], TypeError), ("a bool inside", [True], TypeError),
-                ("too long", [1.0] * 9, ValueError), ("empty", [], ValueError)]
-    out: list[tuple[str, Any, type[Exception]]] = [(f"{v!r}", v, ValueError) for v in KEYWORD_VALUES[name]]
-    if name in REALS:
+def _keyword_mutations(keyword: Keyword) -> list[tuple[str, Any, type[Exception]]]:
+    """Bad values of a keyword: its out-of-range values (`Keyword.invalid`, each a ValueError), the generic
+    bad values of its kind, and None where the keyword does not accept it (`Keyword.optional`): a wrong Python
+    type. A required number (no canonical default) is not given None: an implementation may read it as the
+    value left out (dro_token_loss: a ValueError, "no default beta"; kl_coef: a TypeError)."""
+    out: list[tuple[str, Any, type[Exception]]] = [(f"{v!r}", v, ValueError) for v in keyword.invalid]
+    if not keyword.optional and not (keyword.required and keyword.kind in ("real", "int")):
+        out.append(("None", None, TypeError))
+    if keyword.kind == "choice":
+        return out + [("unknown name", "no_such_name", ValueError), ("an int", 3, TypeError)]
+    if keyword.kind == "bool":
+        return out + [("a str", "yes", TypeError), ("an int", 1, TypeError)]
+    if keyword.kind == "pool":
+        return out + [("NaN inside", [0.5, float("nan")], ValueError), ("+inf inside", [float("inf")], ValueError),
+                      ("2-D", [[0.5, 1.0]], ValueError), ("int values", [1, 2], TypeError),
+                      ("bool values", [True], TypeError), ("a str", "0.5", TypeError), ("a float", 0.5, TypeError)]
+    if keyword.kind == "weights":  # entries are checked before the length (K <= 3 in every base call)
+        return out + [("a str", "1,2", TypeError), ("a float", 1.0, TypeError), ("a tensor", torch.ones(2), TypeError),
+                      ("NaN inside", [float("nan")], ValueError), ("+inf inside", [float("inf")], ValueError),
+                      ("a str inside", ["1"], TypeError), ("a bool inside", [True], TypeError),
+                      ("too long", [1.0] * 9, ValueError), ("empty", [], ValueError)]
+    if keyword.kind == "real":
         out += [("NaN", float("nan"), ValueError), ("+inf", float("inf"), ValueError), ("-inf", float("-inf"), ValueError)]
-    else:
+    else:  # "int"
         out += [("a float", 1.5, TypeError)]
     return out + [("a str", "0.5", TypeError), ("a bool", True, TypeError), ("a list", [1.0], TypeError)]
 
 
-def _scalar_arg_mutations(name: str, r: str) -> list[tuple[str, Any, type[Exception]]]:
-    """Bad values of a scalar positional argument (a controller's state)."""
-    out: list[tuple[str, Any, type[Exception]]] = [(f"{v!r}", v, ValueError) for v in SCALAR_ARG_VALUES.get(name, ())]
+def _counts_per_mask_mutations() -> list[tuple[str, Any, type[Exception]]]:
+    """Bad `seqs_per_mask` of step_counts: one sequence count (an int >= 0) per mask."""
+    return [("a str", "12", TypeError), ("a tensor", torch.ones(2), TypeError), ("too short", [1], ValueError),
+            ("negative", [1, -1], ValueError), ("a float count", [1.5, 1], TypeError)]
+
+
+def _scalar_arg_mutations(r: str, invalid: tuple[Any, ...]) -> list[tuple[str, Any, type[Exception]]]:
+    """Bad values of a scalar positional argument (a controller's state) of role `r`: its out-of-range values
+    (`Arg.invalid`), then the generic ones of its role."""
+    out: list[tuple[str, Any, type[Exception]]] = [(f"{v!r}", v, ValueError) for v in invalid]
     if r == "count":
         out += [("a float", 1.5, TypeError)]
     else:  # "state" accepts +inf (nothing measured yet)
@@ -478,10 +493,12 @@ def mutations_for(call: Call) -> list[tuple[BadCase, Maker, type[Exception]]]:
         out.append((BadCase(call.lib, call.function, arg, label), make, expected))
 
     has_mask = call.mask is not None and "mask" in call.args
+    sig = signature(call.lib, call.function)
     for name in call.args:
         r = role(call, name)
         if r is None:
-            raise LookupError(f"no role for argument {name!r} of {call.lib}.{call.function}: add it to ROLES")
+            raise LookupError(f"no role for argument {name!r} of {call.lib}.{call.function}: a spec function's "
+                              "arguments are its record's; a refimpl function outside the spec adds it to EXTRA_ROLES")
         if r == "group":
             for label, value, exc in _group_mutations(call):
                 add(name, f"group_size {label}", _replace(name, lambda c, v=value: v), exc)
@@ -495,18 +512,20 @@ def mutations_for(call: Call) -> list[tuple[BadCase, Maker, type[Exception]]]:
             for arg, label, make, exc in _mask_list_mutations(call):
                 add(arg, label, make, exc)
         elif r in SCALAR_ROLES:
-            for label, value, exc in _scalar_arg_mutations(name, r):
+            for label, value, exc in _scalar_arg_mutations(r, sig.invalid[name]):
                 add(name, label, _replace(name, lambda c, v=value: v), exc)
         else:
             for m in ARRAY_MUTATIONS:
                 if r in m.roles and call.lib in m.libs and (has_mask or not m.needs_mask):
                     add(name, m.name, _replace(name, lambda c, m=m, n=name: m.make(c, n)), m.expected)
     for name in call.keyword_names():
-        if name not in KEYWORDS:
-            raise LookupError(f"no rule for keyword {name!r} of {call.lib}.{call.function}: add it to KEYWORDS")
-        if name in NOT_FUZZED:
+        rule = sig.keywords.get(name)
+        if rule is None:
+            raise LookupError(f"no rule for keyword {name!r} of {call.lib}.{call.function}: a spec keyword belongs "
+                              "in the record; one the refimpl adds beyond the spec, in EXTRA_KEYWORDS")
+        if rule == "not fuzzed":
             continue
-        if name in LAYOUTS:
+        if rule == "layout":
             other = LAYOUTS[1 - LAYOUTS.index(name)]
             for label, value, exc in _layout_mutations(call, name):
                 add(name, label, _replace(name, lambda c, v=value: v, clear=other), exc)
@@ -516,7 +535,8 @@ def mutations_for(call: Call) -> list[tuple[BadCase, Maker, type[Exception]]]:
                 if call.value("cu_seqlens") is not None:
                     add(name, "neither layout", _replace("cu_seqlens", lambda c: None, clear="position_ids"), ValueError)
             continue
-        for label, value, exc in _keyword_mutations(name):
+        values = _counts_per_mask_mutations() if rule == "counts per mask" else _keyword_mutations(rule)
+        for label, value, exc in values:
             add(name, label, _replace(name, lambda c, v=value: v), exc)
     add("not_a_spec_keyword", "unknown keyword", _replace("not_a_spec_keyword", lambda c: 1), TypeError)
     return out
@@ -582,6 +602,66 @@ def test_surface_is_complete():
     }
     assert set(public_functions("refimpl")) >= {"token_logprobs", "global_counts", "policy_loss"}
     assert N_CASES >= 1500, N_CASES
+
+
+def test_refimpl_extras_are_exactly_what_no_record_knows():
+    """The extras tables hold only refimpl knowledge no record has, and all of it: EXTENDS names the functions
+    of surface.EXTRA_BASE (and records), and every extra role and keyword rule is a parameter some refimpl
+    function takes beyond its record (none left over from a removed function)."""
+    assert set(EXTENDS) == set(EXTRA_BASE), "EXTENDS and surface.EXTRA_BASE must name the same functions"
+    assert not set(EXTENDS) & set(BY_FUNCTION), "a spec function's signature is its record's, not an extra"
+    assert {r for r in EXTENDS.values() if r is not None} <= set(BY_FUNCTION)
+    args, keywords = set(), set()
+    for name in public_functions("refimpl"):
+        record = _record_of("refimpl", name)
+        params = inspect.signature(getattr(refimpl, name)).parameters.values()
+        known = {*record.arg_names, *(k.name for k in record.keywords)} if record is not None else set()
+        args |= {p.name for p in params if p.kind is not p.KEYWORD_ONLY and p.name not in known}
+        keywords |= {p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name not in known}
+    assert set(EXTRA_ROLES) == args
+    assert set(EXTRA_KEYWORDS) == keywords
+
+
+def _fits(keyword: Keyword, value: Any) -> bool:
+    """Whether `value` is of the keyword's kind: one of its choices (of the same type: True is not 1), a
+    number, a list of weights or a pool; None only where the keyword is optional."""
+    if value is None:
+        return keyword.optional
+    if keyword.choices:
+        return value in keyword.choices and type(value) is type(keyword.choices[0])
+    types = {"real": (int, float), "int": (int,), "weights": (list, tuple), "pool": (list, tuple, np.ndarray)}
+    return isinstance(value, types[keyword.kind]) and not isinstance(value, bool)
+
+
+def _keyword_parameters(fn: Callable[..., Any]) -> dict[str, str]:
+    """{name: repr(default)} of a function's keyword-only parameters (repr, so that 1, 1.0 and True differ;
+    a keyword without a default has `record.REQUIRED`, inspect's own marker)."""
+    return {p.name: repr(p.default) for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY}
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[r.function for r in RECORDS])
+def test_record_signature_matches_the_implementations(record):
+    """The fuzzer takes every argument and keyword of a spec function from its record, so a record that drifted
+    from the oracle (a keyword renamed, added, dropped or given another default) would fuzz the wrong
+    parameters. The oracle's signature (and its `_grad` variant's, with the upstream) is the record's, in
+    order; the refimpl's is the record's plus refimpl extras; every default is of its keyword's kind; and
+    the fuzzer breaks every argument and keyword of the record in both libraries."""
+    keywords = {k.name: repr(k.default) for k in record.keywords}
+    grads = (record.oracle_grad,) if record.oracle_grad is not None else ()
+    for fn, upstream in ((record.oracle, ()), *((g, ("upstream",)) for g in grads), (record.refimpl, ())):
+        positional = [p.name for p in inspect.signature(fn).parameters.values() if p.kind is not p.KEYWORD_ONLY]
+        assert positional == [*record.arg_names, *upstream], fn.__qualname__
+    for fn in (record.oracle, *grads):
+        assert list(_keyword_parameters(fn).items()) == list(keywords.items()), fn.__qualname__
+    refimpl_keywords = _keyword_parameters(record.refimpl)
+    assert {k: refimpl_keywords.get(k, "missing") for k in keywords} == keywords
+    assert set(refimpl_keywords) - set(keywords) <= set(EXTRA_KEYWORDS)
+    wrong = [k.name for k in record.keywords if not (k.required or _fits(k, k.default))]
+    assert not wrong, f"{record.function}: defaults not of their keyword's kind: {wrong}"
+    for lib in BOTH:
+        fuzzed = {c.argument for c, *_ in CASES if (c.lib, c.function) == (lib, record.function)}
+        missing = (set(record.arg_names) | set(keywords)) - fuzzed
+        assert not missing, f"{lib}.{record.function}: no mutation breaks {sorted(missing)}"
 
 
 def test_every_bad_input_raises_the_documented_error(record_property):

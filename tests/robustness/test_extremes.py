@@ -20,7 +20,7 @@ import oracle
 import refimpl
 from conformance.records import cases
 from conformance.runner.compare import compare
-from conformance.records import BY_FUNCTION
+from conformance.records import BY_FUNCTION, RECORDS
 from conformance.tolerances import Tol, tolerance
 
 DTYPES = ("float64", "float32", "bfloat16")
@@ -203,6 +203,7 @@ def _same(a: tuple, b: tuple) -> bool:
     return all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b))
 
 
+# the advantage kinds a record's `Extremes.log_ratio_bounded` is asked about
 ADVANTAGES = {
     "positive": np.array([1.0, 2.0, 0.5]),
     "negative": np.array([-1.0, -2.0, -0.5]),
@@ -210,26 +211,20 @@ ADVANTAGES = {
     "mixed [B, T]": np.array([[0.0, 1.0, -1.0, 0.0, 2.0, 0.0], [0.0, 0.0, -1.0, 1.0, 0.0, 0.0],
                               [0.0, 0.0, 1.0, 0.0, 0.0, -3.0]]),
 }
-LOSS_KWARGS = {
-    "ppo_token_loss": [{}, {"dual_clip": 3.0}, {"log_ratio_clamp": 20.0}, {"eps_low": 0.1, "eps_high": 0.28}],
-    "gspo_token_loss": [{"form": "sequence"}, {"form": "token_sg"}, {"eps_low": 0.2, "eps_high": 0.2}],
-    "cispo_token_loss": [{}, {"eps_low": 0.2}, {"eps_high": 5.0, "bound": "absolute"},
-                         {"eps_low": 0.2, "eps_high": 0.2, "surrogate": "ratio"}],
-    "ppo_clipped_mask": [{}, {"dual_clip": 3.0}, {"log_ratio_clamp": 20.0}],
-    "sapo_token_loss": [{}, {"tau_pos": 2.0, "tau_neg": 0.5}, {"log_ratio_clamp": 20.0}],
-    "gmpo_token_loss": [{}, {"eps_low": 0.2, "eps_high": 0.2}],
-    "dppo_token_loss": [{}, {"divergence": "kl"}, {"ratio_cap": 3.0}, {"log_ratio_clamp": 20.0}],
-    "vespo_token_loss": [{}, {"log_ratio_clamp": 20.0, "w_min": 1e-8, "w_max": 485165195.4097903}],
-    "kl_cov_token_loss": [{}, {"fraction": 0.5, "coef": 1.0}],
-}
+LOG_RATIO_ARGS = ("logp", "old_logp", "advantages", "mask")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("function", sorted(LOSS_KWARGS))
+@pytest.mark.parametrize("function", [r.function for r in RECORDS if r.extremes.log_ratio_keywords])
 def test_policy_losses_at_log_ratios_of_100(function, dtype):
+    """Every record with `extremes.log_ratio_keywords`, at each of them and each kind of advantages: what
+    `Extremes` says (no NaN, masked ±100 change nothing, A = 0 gives 0, finite where `log_ratio_bounded`)."""
+    record = BY_FUNCTION[function]
+    extremes = record.extremes
+    assert record.arg_names == LOG_RATIO_ARGS, f"{function}: log-ratio extremes need the signature {LOG_RATIO_ARGS}"
     logp, old = _log_ratio_inputs()
     for adv_name, adv in ADVANTAGES.items():
-        for kw in LOSS_KWARGS[function]:
+        for kw in extremes.log_ratio_keywords:
             args = {"logp": logp, "old_logp": old, "advantages": adv, "mask": LR_MASK}
             values, grads = run_both(function, args, kw, dtype)
             again = run_both(function, _masked_zeroed(args), kw, dtype)
@@ -237,16 +232,9 @@ def test_policy_losses_at_log_ratios_of_100(function, dtype):
             everything = np.concatenate([x.ravel() for x in values + grads])
             assert not np.isnan(everything).any()
             assert np.all(values[0][~LR_MASK] == 0)
-            if adv_name == "zero" and function == "kl_cov_token_loss":  # only the |d| penalty: finite
-                assert np.all(np.isfinite(everything)), f"{function} {kw}: A = 0 gave {everything}"
-            elif adv_name == "zero":  # an overflowing ratio times A = 0 is 0, value and gradient
+            if adv_name == "zero" and extremes.zero_advantage_vanishes:  # an overflowing ratio times A = 0 is 0
                 assert np.all(everything == 0), f"{function} {kw}: A = 0 gave {everything}"
-            # kl_cov_token_loss's -A*r has no clip: e^100 overflows float32 for either sign of A
-            bounded = ("dual_clip" in kw or "log_ratio_clamp" in kw
-                       or (adv_name == "positive" and function != "kl_cov_token_loss")
-                       or function in ("cispo_token_loss", "ppo_clipped_mask", "sapo_token_loss", "vespo_token_loss")
-                       or "ratio_cap" in kw or dtype == "float64")
-            if bounded:  # the clipped objectives, A >= 0, or float64 (e^100 is representable)
+            if extremes.log_ratio_bounded(kw, adv_name, dtype):
                 assert np.all(np.isfinite(everything)), f"{function} {kw} A {adv_name}: {everything}"
 
 

@@ -277,7 +277,7 @@ class ArealAdapter(SubprocessAdapter):
     def grpo_advantages(self, rewards: Any, group_size: int, *, scale: str = "group") -> np.ndarray:
         fn = "grpo_advantages"
         r, G = io.check_groups(fn, rewards, group_size)
-        io.choice(fn, "scale", scale, io.GRPO_SCALES)
+        io.choice(fn, "scale", scale)
         if scale == "batch":
             raise NotImplementedError("std_level='batch' with mean_level='group' divides by the std of r - group mean "
                                       "over the batch (utils/data.py:1455-1465, :1537-1549), not by the std of the rewards")
@@ -294,7 +294,7 @@ class ArealAdapter(SubprocessAdapter):
         fn = "reinforce_advantages"
         r = io.float_array(fn, "rewards", rewards, 1)
         io.check_finite(fn, "rewards", r)
-        io.choice(fn, "baseline", baseline, ("none", "batch_mean"))
+        io.choice(fn, "baseline", baseline)
         if r.shape[0] == 0:
             return np.zeros(0, dtype=r.dtype)
         config = {"mean_level": "batch" if baseline == "batch_mean" else None, "std_level": None}
@@ -435,7 +435,7 @@ class ArealAdapter(SubprocessAdapter):
         fn = "rollout_rejection_mask"
         old, rollout, m = io.rollout_inputs(fn, old_logp, rollout_logp, mask)
         io.rejection_keywords(fn, statistic, level)
-        io.choice(fn, "kl_of", kl_of, io.KL_OF)
+        io.choice(fn, "kl_of", kl_of)
         if statistic == "ratio":
             lower, upper = self._ratio_config(fn, lo, hi)
         else:
@@ -459,7 +459,7 @@ class ArealAdapter(SubprocessAdapter):
                    eps_high: float, dual_clip: float | None, behav_cap: float | None, behav_mode: str,
                    upstream: Any = None) -> np.ndarray:
         fn = "decoupled_ppo_token_loss"
-        io.choice(fn, "behav_mode", behav_mode, ("truncate", "mask"))
+        io.choice(fn, "behav_mode", behav_mode)
         lp, prox, behav, m = io.token_arrays(fn, mask, logp=logp, prox_logp=prox_logp, behav_logp=behav_logp)
         cap = None if behav_cap is None else io.number(fn, "behav_cap", behav_cap, low=None)
         if cap is None:
@@ -492,7 +492,7 @@ class ArealAdapter(SubprocessAdapter):
         version, method)``; masked positions carry version -1 (AReaL's prompt tokens, actor.py:639-652)."""
         fn = "proximal_logp_interpolation"
         lp, behav, m = io.token_arrays(fn, mask, finite=True, logp=logp, behav_logp=behav_logp)
-        io.choice(fn, "method", method, ("loglinear", "linear"))
+        io.choice(fn, "method", method)
         if isinstance(version, (bool, np.bool_)) or not isinstance(version, (int, np.integer)) or version < 0:
             raise io.fail(fn, "version", f"expected an integer >= 0, got {version!r}", TypeError if not isinstance(version, (int, np.integer)) else ValueError)
         v = np.asarray(behav_version)

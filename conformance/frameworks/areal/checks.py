@@ -31,7 +31,7 @@ Sources: areal 1.0.4, ``areal/utils/functional/functional.py`` (``ppo_actor_loss
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from conformance.frameworks.loss_batch import loss_batch, round_batch, value_los
 from conformance.runner.rows import not_implemented_row
 from conformance.runner.rows import RowResult
 from conformance.tolerances import tolerance
+
+if TYPE_CHECKING:  # the adapter whose extra_rows call these (imported for the annotations only)
+    from conformance.frameworks.areal.adapter import ArealAdapter
 
 DTYPE = "float32"  # AReaL's log-probs are float32 (vocab_parallel.py:18), its critic asserts float32 (functional.py:740)
 TOKEN_MEAN = {"mode": "token_mean"}  # Σ m·x / count of the original loss_mask (functional.py:483, :542)
@@ -77,7 +80,7 @@ def _per_token_advantages(b: dict[str, np.ndarray]) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
-def _loss_row(adapter: Any, seed: int, row_id: str, spec_id: str, function: str, op: str, arrays: dict[str, np.ndarray],
+def _loss_row(adapter: ArealAdapter, seed: int, row_id: str, spec_id: str, function: str, op: str, arrays: dict[str, np.ndarray],
               params: dict[str, Any], candidates: list[Candidate], wrt: str = "logprobs", key: str = "grad[logp]",
               note: str = "") -> RowResult:
     def got() -> dict[str, Any]:
@@ -97,7 +100,7 @@ def _composed(function: str, lp: np.ndarray, b: dict[str, np.ndarray], **kw: Any
     return lambda: compose(policy_piece(function, lp, b, **kw), b["mask"], TOKEN_MEAN, "grad[logp]")
 
 
-def ppo_rows(adapter: Any, seed: int) -> list[RowResult]:
+def ppo_rows(adapter: ArealAdapter, seed: int) -> list[RowResult]:
     """``ppo_actor_loss_fn`` without rejection sampling (the actor's default path: proximal = old)."""
     rows = []
     for label, params, asked, per_token in (
@@ -114,7 +117,7 @@ def ppo_rows(adapter: Any, seed: int) -> list[RowResult]:
     return rows
 
 
-def gspo_rows(adapter: Any, seed: int) -> list[RowResult]:
+def gspo_rows(adapter: ArealAdapter, seed: int) -> list[RowResult]:
     """``importance_sampling_level="sequence"``: the geometric-mean ratio with its gradient and each row's
     mean token advantage (functional.py:56-149, :501-506)."""
     rows = []
@@ -148,7 +151,7 @@ def sapo_sequence_piece(lp: np.ndarray, b: dict[str, np.ndarray], **kw: Any) -> 
                  lambda u: row_mean_vjp(oracle.sapo_token_loss_grad(lbar, obar, abar, m, u, **kw), m))
 
 
-def sapo_rows(adapter: Any, seed: int) -> list[RowResult]:
+def sapo_rows(adapter: ArealAdapter, seed: int) -> list[RowResult]:
     """``sapo_loss_fn`` (``use_sapo_loss``; tau 1.0 / 1.05, cli_args.py:1533-1540) at both levels."""
     rows = []
     taus = {"tau_pos": 1.0, "tau_neg": 1.05}
@@ -167,7 +170,7 @@ def sapo_rows(adapter: Any, seed: int) -> list[RowResult]:
     return rows
 
 
-def critic_rows(adapter: Any, seed: int) -> list[RowResult]:
+def critic_rows(adapter: ArealAdapter, seed: int) -> list[RowResult]:
     """``ppo_critic_loss_fn`` (mse) at the critic's default ``eps_clip`` 0.5 and at 0.2; huber has no spec."""
     rows = []
     b = round_batch(loss_batch(seed), DTYPE)
@@ -211,7 +214,7 @@ def _corrected(b: dict[str, np.ndarray], prox: np.ndarray, is_kw: dict[str, Any]
                     "grad[logp]": oracle.corrected_policy_loss_grad(*args, 1.0, **kw)}
 
 
-def decoupled_rows(adapter: Any, seed: int) -> list[RowResult]:
+def decoupled_rows(adapter: ArealAdapter, seed: int) -> list[RowResult]:
     """``ppo_actor_loss_fn`` with ``proximal_logprobs`` and a ``RejectionSamplingConfig``: PPO against the
     proximal policy times ``behave_imp_weight``, over the count of the original loss mask (functional.py:483,
     :539-542): rejected tokens are zeros in the mean (``corrected_policy_loss(rejected="zero")``, the
@@ -256,7 +259,7 @@ def versions_for(m: np.ndarray, seed: int, current: int) -> np.ndarray:
     return np.where(m, rng.integers(current - 3, current + 1, size=m.shape), -1).astype(np.int64)
 
 
-def grpo_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+def grpo_loss_rows(adapter: ArealAdapter, seed: int) -> list[RowResult]:
     """``grpo_loss_fn`` with ``use_decoupled_loss`` and ``prox_logp_method="loglinear"`` (no proximal forward
     pass, actor.py:735-745): the proximal log-probs are ``compute_prox_logp_approximations`` of the detached
     current log-probs (:437-444), a constant of the loss."""
@@ -301,7 +304,7 @@ def grpo_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
 G = 3  # the loss batch's 6 rows as 2 groups of 3
 
 
-def _advantage_arrays(adapter: Any, b: dict[str, np.ndarray], scores: np.ndarray, *, ref: bool = True,
+def _advantage_arrays(adapter: ArealAdapter, b: dict[str, np.ndarray], scores: np.ndarray, *, ref: bool = True,
                       values: bool = False) -> dict[str, np.ndarray]:
     m = b["mask"]
     arrays = adapter.padded_batch(m)
@@ -314,7 +317,7 @@ def _advantage_arrays(adapter: Any, b: dict[str, np.ndarray], scores: np.ndarray
     return arrays
 
 
-def _advantage_row(adapter: Any, seed: int, row_id: str, spec_id: str, arrays: dict[str, np.ndarray], config: dict[str, Any],
+def _advantage_row(adapter: ArealAdapter, seed: int, row_id: str, spec_id: str, arrays: dict[str, np.ndarray], config: dict[str, Any],
                    m: np.ndarray, candidates: list[Candidate], outputs: tuple[str, ...] = ("advantages", "returns"),
                    note: str = "") -> RowResult:
     T = m.shape[1]
@@ -333,7 +336,7 @@ def _gae_of(r: np.ndarray, b: dict[str, np.ndarray], m: np.ndarray, **kw: Any) -
     return {"advantages": adv, "returns": ret}
 
 
-def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
+def advantage_rows(adapter: ArealAdapter, seed: int) -> list[RowResult]:
     rows = []
     b = round_batch(loss_batch(seed), DTYPE)
     m = b["mask"]
@@ -429,7 +432,7 @@ def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
     return rows
 
 
-def no_eos_rows(adapter: Any, seed: int) -> list[RowResult]:
+def no_eos_rows(adapter: ArealAdapter, seed: int) -> list[RowResult]:
     """AReaL reads "no EOS" as ``seqlens == attention_mask.shape[1]`` (actor.py:200-201): a row that fills
     the batch's padded width. Its reward is zeroed by ``mask_no_eos_with_zero`` (:207-210) and GAE bootstraps
     from the critic's value at the last column (:223). The batch is padded to its longest sequence, so that
@@ -521,7 +524,7 @@ def no_eos_rows(adapter: Any, seed: int) -> list[RowResult]:
 # ---------------------------------------------------------------------------------------------
 
 
-def kl_rows(adapter: Any, seed: int) -> list[RowResult]:
+def kl_rows(adapter: ArealAdapter, seed: int) -> list[RowResult]:
     """``KLEstimator._compute_approx_kl(apply_clamp=False)``, what ``apply_rejection_sampling``'s ``kl_k*``
     metrics call (functional.py:242-247): the estimators without the [-10, 10] clamp."""
     from conformance.frameworks import spec_io as io
@@ -544,7 +547,7 @@ def kl_rows(adapter: Any, seed: int) -> list[RowResult]:
 # ---------------------------------------------------------------------------------------------
 
 
-def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
+def extra_rows(adapter: ArealAdapter, seed: int = 0) -> list[RowResult]:
     """Every AReaL-specific row."""
     return (ppo_rows(adapter, seed) + gspo_rows(adapter, seed) + sapo_rows(adapter, seed) + critic_rows(adapter, seed)
             + decoupled_rows(adapter, seed) + grpo_loss_rows(adapter, seed) + advantage_rows(adapter, seed)

@@ -135,7 +135,7 @@ class MsSwiftAdapter(SubprocessAdapter):
     def grpo_advantages(self, rewards: Any, group_size: int, *, scale: str = "group") -> np.ndarray:
         fn = "grpo_advantages"
         r, G = io.check_groups(fn, rewards, group_size)
-        io.choice(fn, "scale", scale, io.GRPO_SCALES)
+        io.choice(fn, "scale", scale)
         return np.asarray(self.advantages(r[:, None], G, estimator="grpo", scale=scale)["advantages"], dtype=r.dtype)
 
     def rloo_advantages(self, rewards: Any, group_size: int) -> np.ndarray:
@@ -205,7 +205,7 @@ class MsSwiftAdapter(SubprocessAdapter):
 
     def _cispo_params(self, eps_low: float | None, eps_high: float, bound: str) -> dict[str, Any]:
         fn = "cispo_token_loss"
-        io.choice(fn, "bound", bound, ("relative", "absolute"))
+        io.choice(fn, "bound", bound)
         high = io.number(fn, "eps_high", eps_high)
         if eps_low is not None:
             raise NotImplementedError("ms-swift's CISPO weight has no lower bound: torch.clamp(coef_1, max=epsilon_high) "
@@ -317,9 +317,9 @@ class MsSwiftAdapter(SubprocessAdapter):
                            batch_normalize: bool = False) -> np.ndarray:
         fn = "rollout_is_weights"
         old, roll, m = io.rollout_inputs(fn, old_logp, rollout_logp, mask)
-        io.choice(fn, "level", level, io.IS_LEVELS)
-        io.choice(fn, "seq_stat", seq_stat, io.IS_SEQ_STATS)
-        io.choice(fn, "mode", mode, io.IS_MODES)
+        io.choice(fn, "level", level)
+        io.choice(fn, "seq_stat", seq_stat)
+        io.choice(fn, "mode", mode)
         if log_ratio_clamp not in (None, self.SAFETY_BOUND):
             raise NotImplementedError(f"ms-swift clamps the log-ratio at SAFETY_BOUND = 20 (grpo_trainer.py:2362), not at {log_ratio_clamp!r}")
         if batch_normalize:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from conformance.records.pieces import Piece, broadcast_advantages, compose, fmt
 from conformance.frameworks.loss_batch import loss_batch, round_batch
 from conformance.runner.rows import not_implemented_row
 from conformance.runner.rows import RowResult
+
+if TYPE_CHECKING:  # the adapter whose extra_rows call these (imported for the annotations only)
+    from conformance.frameworks.ms_swift.adapter import MsSwiftAdapter
 
 DTYPE = "float32"
 MAX_LEN = 16  # max_completion_length: Dr. GRPO's normaliser (grpo_trainer.py:1087-1089)
@@ -125,7 +128,7 @@ def _arrays(b: dict[str, np.ndarray], rows: Any = slice(None), *, ref: bool = Fa
     return out
 
 
-def _got(adapter: Any, arrays: dict[str, Any], settings: dict[str, Any], **kw: Any) -> dict[str, Any]:
+def _got(adapter: MsSwiftAdapter, arrays: dict[str, Any], settings: dict[str, Any], **kw: Any) -> dict[str, Any]:
     r = adapter.loss(arrays, settings, wrt="per_token_logps", upstream={"loss": 1.0}, **kw)
     return {"value": r["outputs"]["loss"], "grad[logp]": r["grads"]["per_token_logps"]}
 
@@ -162,7 +165,7 @@ SPEC_ID = {"ppo_token_loss": "loss.ppo", "cispo_token_loss": "loss.cispo", "sapo
 # ---------------------------------------------------------------------------------------------
 
 
-def loss_row(adapter: Any, seed: int, loss_type: str, *, settings: dict[str, Any] | None = None,
+def loss_row(adapter: MsSwiftAdapter, seed: int, loss_type: str, *, settings: dict[str, Any] | None = None,
              asked: dict[str, Any] | None = None, function: str | None = None, variant: dict[str, Any] | None = None,
              per_token_advantages: bool = False, label: str = "") -> RowResult:
     """``loss_type`` with ``GRPOConfig(**settings)`` against ``aggregate(<function>(**asked), <its mode>)``
@@ -190,7 +193,7 @@ def loss_row(adapter: Any, seed: int, loss_type: str, *, settings: dict[str, Any
                            loss_tolerances(DTYPE, SPEC_ID[function]), seed=seed)
 
 
-def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+def loss_rows(adapter: MsSwiftAdapter, seed: int) -> list[RowResult]:
     rows = [loss_row(adapter, seed, lt) for lt in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo")]
     rows += [
         loss_row(adapter, seed, "bnpo", settings={"epsilon_high": 0.28}, asked={"eps_high": 0.28}),
@@ -216,7 +219,7 @@ def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
 # ---------------------------------------------------------------------------------------------
 
 
-def kl_row(adapter: Any, seed: int, loss_type: str, *, entropy: float | None = None) -> RowResult:
+def kl_row(adapter: MsSwiftAdapter, seed: int, loss_type: str, *, entropy: float | None = None) -> RowResult:
     """``beta = 0.04``: ``aggregate(ppo·keep + 0.04·k3, mode)`` (the KL added after the entropy mask, :1061-1064),
     canonical k3 then ms-swift's clamps (kl_penalty's ``ms_swift`` preset)."""
     b = _batch(seed)
@@ -240,7 +243,7 @@ def kl_row(adapter: Any, seed: int, loss_type: str, *, entropy: float | None = N
                            cands, loss_tolerances(DTYPE), seed=seed)
 
 
-def entropy_loss_row(adapter: Any, seed: int, loss_type: str, rho: float) -> RowResult:
+def entropy_loss_row(adapter: MsSwiftAdapter, seed: int, loss_type: str, rho: float) -> RowResult:
     """``top_entropy_quantile = rho``: the policy term times the mask (:1061-1062); masked tokens stay counted."""
     b = _batch(seed)
     m = b["mask"]
@@ -254,7 +257,7 @@ def entropy_loss_row(adapter: Any, seed: int, loss_type: str, rho: float) -> Row
                            [cand], loss_tolerances(DTYPE), seed=seed)
 
 
-def entropy_rank_row(adapter: Any, seed: int, rho: float, parts: int = 2) -> RowResult:
+def entropy_rank_row(adapter: MsSwiftAdapter, seed: int, rho: float, parts: int = 2) -> RowResult:
     """The top-entropy mask of a batch split over ``parts`` ranks, each rank's ``entropy_mask`` (:958-962) joined:
     canonical is the batch's quantile (each part given the pooled entropies); ms-swift's is each rank's own."""
     b = _batch(seed)
@@ -304,7 +307,7 @@ IS_FORMULA = {
 }
 
 
-def is_weights_row(adapter: Any, seed: int, mode: str) -> RowResult:
+def is_weights_row(adapter: MsSwiftAdapter, seed: int, mode: str) -> RowResult:
     """``_apply_rollout_importance_sampling`` for ``mode`` (the four modes as spec compositions)."""
     b = _batch(seed)
     m, old, roll = b["mask"], b["old_logp"], b["rollout_logp"]
@@ -320,7 +323,7 @@ def _corrected(b: dict[str, np.ndarray], w: np.ndarray, keep: np.ndarray, kw: di
                     "grad[logp]": oracle.corrected_policy_loss_grad(*args, 1.0, **kw)}
 
 
-def corrected_row(adapter: Any, seed: int, loss_type: str, *, is_mode: str | None = None, opsm: bool = False,
+def corrected_row(adapter: MsSwiftAdapter, seed: int, loss_type: str, *, is_mode: str | None = None, opsm: bool = False,
                   beta: float = 0.0) -> RowResult:
     """The rollout correction (``is_mode``) and/or the off-policy sequence mask (``opsm``) in the loss:
     ``corrected_policy_loss`` with the spec's weights and keep mask; canonical, then the ``ms_swift`` preset
@@ -361,7 +364,7 @@ def corrected_row(adapter: Any, seed: int, loss_type: str, *, is_mode: str | Non
 # ---------------------------------------------------------------------------------------------
 
 
-def parts_row(adapter: Any, seed: int, loss_type: str, ranks: int, micro: int) -> RowResult:
+def parts_row(adapter: MsSwiftAdapter, seed: int, loss_type: str, ranks: int, micro: int) -> RowResult:
     """The batch's rows over ``ranks`` x ``micro`` parts, each rank's loss summed over its micro-batches and
     divided by the steps (``Trainer.training_step``), averaged over the ranks (DDP): must equal the whole
     batch's aggregate. The variant: the mean of each part's own aggregate (a micro-batch-local normaliser)."""
@@ -403,7 +406,7 @@ def parts_row(adapter: Any, seed: int, loss_type: str, ranks: int, micro: int) -
 # ---------------------------------------------------------------------------------------------
 
 
-def logits_row(adapter: Any, seed: int, *, temperature: float = 0.7, rho: float = 0.5) -> RowResult:
+def logits_row(adapter: MsSwiftAdapter, seed: int, *, temperature: float = 0.7, rho: float = 0.5) -> RowResult:
     """``grpo`` with the real ``_get_per_token_logps_and_entropies`` (the stand-in model returns the logits):
     ``aggregate(ppo_token_loss(token_logprobs(logits, τ)) · entropy_top_mask(token_entropy(logits, τ)))``,
     value and gradient w.r.t. the logits."""
@@ -456,7 +459,7 @@ def _one_token(B: int) -> np.ndarray:
     return m
 
 
-def advantage_row(adapter: Any, seed: int, estimator: str, scale: str, G: int = 4) -> RowResult:
+def advantage_row(adapter: MsSwiftAdapter, seed: int, estimator: str, scale: str, G: int = 4) -> RowResult:
     """``compute_advantages(estimator, scale_rewards=scale)`` on one reward function, as spec compositions."""
     r = _rewards(seed)[:, :1]
     x = r[:, 0].astype(np.float64)
@@ -478,7 +481,7 @@ def advantage_row(adapter: Any, seed: int, estimator: str, scale: str, G: int = 
                            [Candidate("canonical", formula, ev)], value_and_grad_tolerances("adv.grpo", DTYPE), seed=seed)
 
 
-def weighted_rewards_row(adapter: Any, seed: int, weights: tuple[float, ...] = (1.0, 0.5), G: int = 4) -> RowResult:
+def weighted_rewards_row(adapter: MsSwiftAdapter, seed: int, weights: tuple[float, ...] = (1.0, 0.5), G: int = 4) -> RowResult:
     """Several reward functions (``scale_rewards='group'``): the weighted sum first (advantage.py:58), then GRPO."""
     r = _rewards(seed)
     s = (r.astype(np.float64) * np.asarray(weights, dtype=np.float32)).sum(axis=1)
@@ -489,7 +492,7 @@ def weighted_rewards_row(adapter: Any, seed: int, weights: tuple[float, ...] = (
                            [cand], value_and_grad_tolerances("adv.grpo", DTYPE), seed=seed)
 
 
-def kl_reward_row(adapter: Any, seed: int, estimator: str, G: int = 3) -> RowResult:
+def kl_reward_row(adapter: MsSwiftAdapter, seed: int, estimator: str, G: int = 3) -> RowResult:
     """``_compute_advantages`` with ``kl_in_reward`` (its default for rloo and reinforce_plus_plus) and beta 0.04:
     each reward minus beta · Σ_t (old - ref) over the row (grpo_trainer.py:436-446, advantage.py:60-61), then the
     estimator under its default ``scale_rewards``."""
@@ -524,7 +527,7 @@ def kl_reward_row(adapter: Any, seed: int, estimator: str, G: int = 3) -> RowRes
                            value_and_grad_tolerances("adv.grpo", DTYPE), seed=seed)
 
 
-def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
+def advantage_rows(adapter: MsSwiftAdapter, seed: int) -> list[RowResult]:
     rows = [advantage_row(adapter, seed, est, scale) for est, scale in
             (("rloo", "group"), ("rloo", "batch"), ("reinforce_plus_plus", "group"), ("reinforce_plus_plus", "none"),
              ("reinforce_plus_plus", "batch"))]
@@ -536,7 +539,7 @@ def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
 # ---------------------------------------------------------------------------------------------
 
 
-def extra_rows(adapter: Any, seed: int) -> list[RowResult]:
+def extra_rows(adapter: MsSwiftAdapter, seed: int) -> list[RowResult]:
     rows = loss_rows(adapter, seed)
     rows += [kl_row(adapter, seed, "grpo"), kl_row(adapter, seed, "dapo"), kl_row(adapter, seed, "grpo", entropy=0.5)]
     rows += [entropy_loss_row(adapter, seed, "grpo", 0.5), entropy_loss_row(adapter, seed, "dapo", 0.2),

@@ -26,7 +26,7 @@ Sources: openrlhf 0.11.2, ``openrlhf/models/loss.py`` (``aggregate_loss`` :11-39
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,13 +39,16 @@ from conformance.runner.rows import not_implemented_row
 from conformance.runner.rows import RowResult
 from conformance.tolerances import tolerance
 
+if TYPE_CHECKING:  # the adapter whose extra_rows call these (imported for the annotations only)
+    from conformance.frameworks.openrlhf.adapter import OpenRLHFAdapter
+
 DTYPE = "float32"
 KINKS = tuple(math.log(x) for x in (0.8, 1.2, 1.28, 3.0))
 SEQ_KINKS = tuple(math.log(x) for x in (0.8, 1.2))
 NO_SINGLETONS = "n_samples_per_prompt = 1 is rejected by OpenRLHF's CLI (cli/train_ppo_ray.py); the raw code divides by zero"
 
 
-def _trainer_info(adapter: Any, m: np.ndarray) -> dict[str, Any]:
+def _trainer_info(adapter: OpenRLHFAdapter, m: np.ndarray) -> dict[str, Any]:
     info = adapter.call("loss_batch_info", {"loss_mask": m.astype(np.float32)})["outputs"]
     return {"dp_size": int(info["dp_size"]), "batch_num_tokens": float(info["batch_num_tokens"]),
             "global_batch_size": float(info["global_batch_size"])}
@@ -65,7 +68,7 @@ def _spec_agg(token_level: bool, info: dict[str, Any] | None, m: np.ndarray, *, 
 # ---------------------------------------------------------------------------------------------
 
 
-def agg_rows(adapter: Any, seed: int) -> list[RowResult]:
+def agg_rows(adapter: OpenRLHFAdapter, seed: int) -> list[RowResult]:
     batch = round_batch(loss_batch(seed), DTYPE)
     m, x = batch["mask"], batch["token_loss"]
     tol = value_and_grad_tolerances("agg", DTYPE)
@@ -97,7 +100,7 @@ def _agg_candidates(x: np.ndarray, m: np.ndarray, token_level: bool) -> list[Can
     return cands
 
 
-def dp_row(adapter: Any, batch: dict[str, np.ndarray], token_level: bool, seed: int, tol: dict[str, Any], dp: int = 2) -> RowResult:
+def dp_row(adapter: OpenRLHFAdapter, batch: dict[str, np.ndarray], token_level: bool, seed: int, tol: dict[str, Any], dp: int = 2) -> RowResult:
     """Two data-parallel ranks with the global normalisers (token count, non-empty rows) and ``dp_size``;
     DeepSpeed/DDP average the ranks' gradients (``checks.mean_over_ranks``)."""
     m, x = batch["mask"], batch["token_loss"]
@@ -119,7 +122,7 @@ def dp_row(adapter: Any, batch: dict[str, np.ndarray], token_level: bool, seed: 
 # ---------------------------------------------------------------------------------------------
 
 
-def policy_row(adapter: Any, seed: int, init: dict[str, Any], asked: dict[str, Any], *, per_token_advantages: bool = False,
+def policy_row(adapter: OpenRLHFAdapter, seed: int, init: dict[str, Any], asked: dict[str, Any], *, per_token_advantages: bool = False,
                trainer: bool = True) -> RowResult:
     kind = init.get("policy_loss_type", "ppo")
     function, spec_id = ("gspo_token_loss", "loss.gspo") if kind == "gspo" else ("ppo_token_loss", "loss.ppo")
@@ -159,7 +162,7 @@ def policy_row(adapter: Any, seed: int, init: dict[str, Any], asked: dict[str, A
                            loss_tolerances(DTYPE, spec_id), seed=seed)
 
 
-def value_row(adapter: Any, seed: int, clip_eps: float | None, asked: dict[str, Any]) -> RowResult:
+def value_row(adapter: OpenRLHFAdapter, seed: int, clip_eps: float | None, asked: dict[str, Any]) -> RowResult:
     batch = round_batch(loss_batch(seed), DTYPE)
     m = batch["mask"]
     info = _trainer_info(adapter, m)
@@ -175,7 +178,7 @@ def value_row(adapter: Any, seed: int, clip_eps: float | None, asked: dict[str, 
                            value_loss_candidates("openrlhf", batch, agg, asked), loss_tolerances(DTYPE, "loss.value"), seed=seed)
 
 
-def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+def loss_rows(adapter: OpenRLHFAdapter, seed: int) -> list[RowResult]:
     return [
         policy_row(adapter, seed, {"policy_loss_type": "ppo"}, {}),  # defaults: 0.2/0.2, no dual clip
         policy_row(adapter, seed, {"policy_loss_type": "ppo"}, {}, trainer=False),
@@ -194,7 +197,7 @@ def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
 # ---------------------------------------------------------------------------------------------
 
 
-def kl_rows(adapter: Any, seed: int) -> list[RowResult]:
+def kl_rows(adapter: OpenRLHFAdapter, seed: int) -> list[RowResult]:
     rows = []
     for est in ("k1", "k2", "k3"):
         view = FunctionView(adapter, "kl_penalty",
@@ -211,7 +214,7 @@ def _needs_old_logp(case: Any) -> str | None:
     return "no old_logp in this case: the unbiased form's weight needs one" if case.args.get("old_logp") is None else None
 
 
-def unbiased_row(adapter: Any, seed: int, est: str) -> RowResult:
+def unbiased_row(adapter: OpenRLHFAdapter, seed: int, est: str) -> RowResult:
     """``compute_approx_kl(kl_estimator=est, unbiased_gradient=True, log_probs_old=old_logp)`` as spec v1.1
     ``kl_loss_term(estimator=est, gradient="unbiased")`` on the seeded property cases and golden vectors
     (``models/utils.py:115-128``: the estimate's value, the gradient of w·½d² with w = min(π/π_old, 10)
@@ -227,7 +230,7 @@ def unbiased_row(adapter: Any, seed: int, est: str) -> RowResult:
                      fixed={"estimator": est, "gradient": "unbiased"}, seed=seed, skip=_needs_old_logp)
 
 
-def kl_batch_row(adapter: Any, seed: int, est: str, *, unbiased: bool) -> RowResult:
+def kl_batch_row(adapter: OpenRLHFAdapter, seed: int, est: str, *, unbiased: bool) -> RowResult:
     """On the loss batch (k3 beyond the ±10 clamp on one token); with ``unbiased_gradient=True`` the value
     is the estimator's and the gradient is w·(logp − ref) with w = min(π/π_old, 10), detached
     (``models/utils.py:118-128``): spec v1.1 ``kl_loss_term(gradient="unbiased")``."""
@@ -265,7 +268,7 @@ def kl_batch_row(adapter: Any, seed: int, est: str, *, unbiased: bool) -> RowRes
 # ---------------------------------------------------------------------------------------------
 
 
-def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
+def advantage_rows(adapter: OpenRLHFAdapter, seed: int) -> list[RowResult]:
     if not adapter.has_experience_maker:
         return [not_implemented_row("openrlhf.advantages", "adv.*", "openrlhf.compute_advantages_and_returns", adapter,
                                     "openrlhf.trainer.ppo_utils.experience_maker did not import in the worker")]
@@ -291,7 +294,7 @@ KL_COEF = 0.05  # a KL coefficient for the rows that fold the KL reward in (--al
 RPP_PRESET = preset_kwargs("openrlhf", "reinforce_pp_advantages")
 
 
-def reinforce_row(adapter: Any, seed: int, gamma: float, kl_coef: float) -> RowResult:
+def reinforce_row(adapter: OpenRLHFAdapter, seed: int, gamma: float, kl_coef: float) -> RowResult:
     """``reinforce`` (spec v1.1 adv.reinforce_pp) with the KL in the reward: compute_reward's token rewards (the
     score on the last action token, ``-kl_coef * kl`` on every token, models/utils.py:131-158), their
     cumulative returns with gamma over every position (get_cumulative_returns, experience_maker.py:390-421),
@@ -328,7 +331,7 @@ WHITEN_PRESET = preset_kwargs("openrlhf", "whiten")
 RPPB_PRESET = preset_kwargs("openrlhf", "reinforce_pp_baseline_advantages")
 
 
-def reinforce_baseline_row(adapter: Any, seed: int, G: int = 2) -> RowResult:
+def reinforce_baseline_row(adapter: OpenRLHFAdapter, seed: int, G: int = 2) -> RowResult:
     """``reinforce_baseline`` (spec v1.1 adv.reinforce_pp_baseline): r − group mean, broadcast over the valid
     tokens (cumulative returns with γ = 1), then whitened over every valid token of the batch (biased
     variance, floored at 1e-8), on the loss batch (garbage at masked positions, an empty row)."""
@@ -351,7 +354,7 @@ def reinforce_baseline_row(adapter: Any, seed: int, G: int = 2) -> RowResult:
                            adapter, got, cands, tol, seed=seed)
 
 
-def gae_row(adapter: Any, seed: int, gamma: float, lam: float) -> RowResult:
+def gae_row(adapter: OpenRLHFAdapter, seed: int, gamma: float, lam: float) -> RowResult:
     """``gae``: the score on each row's last valid token (``compute_reward``, KL coefficient 0), GAE
     through ``get_advantages_and_returns`` on the loss batch (a masked tool token inside row 3's
     completion), then the batch whitening (biased variance)."""
@@ -415,7 +418,7 @@ def rollout_batch(seed: int) -> dict[str, np.ndarray]:
     return {**batch, "rollout_logp": round_batch({"r": rollout}, DTYPE)["r"]}
 
 
-def is_function_rows(adapter: Any, seed: int) -> list[RowResult]:
+def is_function_rows(adapter: OpenRLHFAdapter, seed: int) -> list[RowResult]:
     """The coefficient and the keep decision of ``PolicyLoss``'s ratio gate, checked like the core rows
     (property cases, golden vectors, invariants) with the keywords of one OpenRLHF setting fixed: every
     property case then exercises that setting (the core rows ask every level, most not expressible)."""
@@ -456,7 +459,7 @@ def _seq_formula(threshold: tuple[float, float]) -> str:
             f"hi={threshold[1]!r})")
 
 
-def seq_coef_row(adapter: Any, seed: int) -> RowResult:
+def seq_coef_row(adapter: OpenRLHFAdapter, seed: int) -> RowResult:
     """``is_correction_level="seq"`` (mask mode, default threshold): the gate reads the row's geometric mean
     (loss.py:223-224) but the surviving tokens keep their own rho (:239). The spec's sequence-level weight
     is one weight per row, so the row is compared first with that (at OpenRLHF's bounds), then with the
@@ -483,7 +486,7 @@ def seq_coef_row(adapter: Any, seed: int) -> RowResult:
                            seed=seed)
 
 
-def corrected_policy_row(adapter: Any, seed: int, level: str, mode: str, asked: dict[str, Any],
+def corrected_policy_row(adapter: OpenRLHFAdapter, seed: int, level: str, mode: str, asked: dict[str, Any],
                          threshold: tuple[float, float] | None = None) -> RowResult:
     """``PolicyLoss(policy_loss_type="ppo", is_correction_level=level, is_correction_mode=mode)`` with the
     trainer's normalisers, on the rollout batch (finite garbage where masked, as real padding), value and
@@ -539,7 +542,7 @@ def corrected_policy_row(adapter: Any, seed: int, level: str, mode: str, asked: 
                            "openrlhf.PolicyLoss", adapter, got, cands, loss_tolerances(DTYPE), seed=seed)
 
 
-def corrected_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+def corrected_loss_rows(adapter: OpenRLHFAdapter, seed: int) -> list[RowResult]:
     """The corrected PPO loss per setting. ("seq" with "clip" is refused by PolicyLoss itself, loss.py:166-169.)"""
     return [
         corrected_policy_row(adapter, seed, "token", "mask", {}),  # the defaults: IcePop on [0.5, 5]
@@ -549,11 +552,11 @@ def corrected_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
     ]
 
 
-def offpolicy_rows(adapter: Any, seed: int) -> list[RowResult]:
+def offpolicy_rows(adapter: OpenRLHFAdapter, seed: int) -> list[RowResult]:
     return is_function_rows(adapter, seed) + corrected_loss_rows(adapter, seed)
 
 
-def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
+def extra_rows(adapter: OpenRLHFAdapter, seed: int = 0) -> list[RowResult]:
     """Every OpenRLHF-specific row."""
     return (agg_rows(adapter, seed) + loss_rows(adapter, seed) + kl_rows(adapter, seed) + advantage_rows(adapter, seed)
             + offpolicy_rows(adapter, seed))

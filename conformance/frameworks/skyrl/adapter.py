@@ -163,7 +163,7 @@ class SkyRLAdapter(SubprocessAdapter):
     def grpo_advantages(self, rewards: Any, group_size: int, *, scale: str = "group", std_ddof: int = 1,
                         eps: float = 1e-6) -> np.ndarray:
         fn = "grpo_advantages"
-        io.choice(fn, "scale", scale, ("group", "batch", "none"))
+        io.choice(fn, "scale", scale)
         if scale == "batch":
             raise NotImplementedError("SkyRL's GRPO divides by the group's std or not at all (grpo_norm_by_std, ppo_utils.py:1328-1331)")
         if std_ddof != 1:
@@ -225,8 +225,7 @@ class SkyRLAdapter(SubprocessAdapter):
 
     def _kl(self, logp: Any, ref_logp: Any, mask: Any, estimator: str, upstream: Any = None, *, abs_ok: bool = False) -> np.ndarray:
         lp, ref, m = self._kl_inputs(logp, ref_logp, mask, None)
-        allowed = io.KL_LOSS_ESTIMATORS if abs_ok else ("k1", "k2", "k3")
-        io.choice("kl_loss_term" if abs_ok else "kl_penalty", "estimator", estimator, allowed)
+        io.choice("kl_loss_term" if abs_ok else "kl_penalty", "estimator", estimator)
         arrays = {"log_probs": io.clean(lp, m), "log_probs_base": io.clean(ref, m), "loss_mask": io.as_mask_of(m, lp.dtype)}
         return self._token_op("kl", arrays, {"estimator": estimator}, "kl", "log_probs", m, lp.dtype, upstream)
 
@@ -261,7 +260,7 @@ class SkyRLAdapter(SubprocessAdapter):
         fn = "rlhf_token_rewards"
         lp, ref, m = io.token_arrays(fn, mask, logp=logp, ref_logp=ref_logp)
         s = io.row_scores(fn, scores, lp.shape[0])
-        io.choice(fn, "estimator", estimator, ("k1", "k2", "k3"))
+        io.choice(fn, "estimator", estimator)
         coef = io.number(fn, "kl_coef", kl_coef, low=None)
         if coef < 0:
             raise NotImplementedError("apply_reward_kl_penalty uses max(0, kl_loss_coef) (trainer.py:1411-1416)")
@@ -299,7 +298,7 @@ class SkyRLAdapter(SubprocessAdapter):
 
     def _cispo_params(self, eps_low: float | None, eps_high: float, bound: str) -> dict[str, Any]:
         fn = "cispo_token_loss"
-        io.choice(fn, "bound", bound, ("relative", "absolute"))
+        io.choice(fn, "bound", bound)
         high = io.number(fn, "eps_high", eps_high)
         low = 1.0 if eps_low is None else io.number(fn, "eps_low", eps_low)
         # clamp(ratio, 1 - low, 1 + high) (ppo_utils.py:750): an absolute bound E is 1 + (E - 1)
@@ -428,7 +427,7 @@ class SkyRLAdapter(SubprocessAdapter):
                                kl_of: str = "rollout_old") -> np.ndarray:
         fn = "rollout_rejection_mask"
         _, m, arrays = self._rollout_inputs(fn, old_logp, rollout_logp, mask)
-        io.choice(fn, "kl_of", kl_of, io.KL_OF)  # the ratio does not depend on it
+        io.choice(fn, "kl_of", kl_of)  # the ratio does not depend on it
         settings = self.rejection_settings(statistic, level, lo, hi)
         keep = self._worker.call("off_policy", arrays, settings)["outputs"]["keep"]
         return (np.asarray(keep) > 0.5) & m
@@ -437,7 +436,7 @@ class SkyRLAdapter(SubprocessAdapter):
                    eps_high: float, dual_clip: float | None, behav_cap: float | None, behav_mode: str,
                    upstream: Any = None) -> np.ndarray:
         fn = "decoupled_ppo_token_loss"
-        io.choice(fn, "behav_mode", behav_mode, ("truncate", "mask"))
+        io.choice(fn, "behav_mode", behav_mode)
         lp, prox, behav, m = io.token_arrays(fn, mask, logp=logp, prox_logp=prox_logp, behav_logp=behav_logp)
         if behav_cap is None:
             raise NotImplementedError("SkyRL's token TIS always caps the weight (token_tis_ratio_clip_high, config.py:571)")
@@ -533,7 +532,7 @@ class SkyRLAdapter(SubprocessAdapter):
                      norm_length: float | None, num_tokens: float | None, num_seqs: float | None, upstream: Any = None) -> Any:
         fn = "policy_loss"
         lp, old, ref, m = io.token_arrays(fn, mask, logp=logp, old_logp=old_logp, ref_logp=ref_logp)
-        io.choice(fn, "kl_estimator", kl_estimator, ("k1", "k2", "k3"))
+        io.choice(fn, "kl_estimator", kl_estimator)
         coef = io.number(fn, "kl_coef", kl_coef)
         name, config = self._ppo_config(fn, eps_low, eps_high, dual_clip)
         reduction = self._reduction(fn, mode, norm_length)

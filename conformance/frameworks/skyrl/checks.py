@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,7 +46,10 @@ from conformance.records.pieces import Piece, broadcast_advantages, fmt, policy_
 from conformance.runner.rows import not_implemented_row
 from conformance.records import BY_FUNCTION
 from conformance.runner.rows import RowResult
-from conformance.tolerances import Tol, tolerance
+from conformance.tolerances import tolerance
+
+if TYPE_CHECKING:  # the adapter whose extra_rows call these (imported for the annotations only)
+    from conformance.frameworks.skyrl.adapter import SkyRLAdapter
 
 DTYPE = "float32"  # the rows run in float32, the dtype SkyRL's losses see under its bf16 autocast
 MAX_SEQ_LEN = 16  # algorithm.max_seq_len for seq_mean_token_sum_norm (C:653-656: set it explicitly)
@@ -157,7 +160,7 @@ def _arrays(b: dict[str, np.ndarray], *, rollout: str | None = None, draws: bool
     return arrays
 
 
-def trainer_loss(adapter: Any, b: dict[str, np.ndarray], name: str, reduction: str, *, config: dict[str, Any] | None = None,
+def trainer_loss(adapter: SkyRLAdapter, b: dict[str, np.ndarray], name: str, reduction: str, *, config: dict[str, Any] | None = None,
                  rollout: str | None = None, kl: dict[str, Any] | None = None) -> Callable[[], dict[str, Any]]:
     """SkyRL's scalar (and its gradient w.r.t. the log-probs) on the trainer's path: ``_normalize_advantages``
     with ``loss_reduction=reduction``, the registered loss ``name`` with ``AlgorithmConfig(**config)``, the
@@ -223,7 +226,7 @@ def policy_batch(seed: int, function: str, keywords: list[dict[str, Any]], reduc
     return _conditioned(lambda s: _batch(s, per_token_advantages, rollout, function == "dppo_token_loss"), accept, seed)
 
 
-def policy_row(adapter: Any, seed: int, name: str, reduction: str, function: str, spec_id: str, *,
+def policy_row(adapter: SkyRLAdapter, seed: int, name: str, reduction: str, function: str, spec_id: str, *,
                config: dict[str, Any] | None = None, asked: dict[str, Any] | None = None, per_token_advantages: bool = False,
                rollout: bool = False, surrogate: bool = False) -> RowResult:
     """The registered loss ``name`` under ``reduction`` on the trainer's path against ``aggregate(function(asked))``
@@ -288,7 +291,7 @@ def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+def loss_rows(adapter: SkyRLAdapter, seed: int) -> list[RowResult]:
     rows = [policy_row(adapter, seed, "regular", r, "ppo_token_loss", "loss.ppo") for r in REDUCTIONS]
     rows += [
         policy_row(adapter, seed, "regular", "token_mean", "ppo_token_loss", "loss.ppo", per_token_advantages=True),
@@ -319,7 +322,7 @@ def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
     return rows
 
 
-def rollout_is_row(adapter: Any, seed: int, reduction: str = "token_mean") -> RowResult:
+def rollout_is_row(adapter: SkyRLAdapter, seed: int, reduction: str = "token_mean") -> RowResult:
     """``rollout_is_policy_loss`` (S:767-806): -sg(rho * 1[1 - eps_low < rho < 1 + eps_high]) * A * logp with
     rho = pi_theta / pi_rollout, i.e. ``pg_token_loss`` times the masked IS weight of the *current* log-probs
     against the rollout's (``rollout_is_weights(logp, rollout, mode="mask", lo=0.8, hi=1.2)``, a constant;
@@ -339,7 +342,7 @@ def rollout_is_row(adapter: Any, seed: int, reduction: str = "token_mean") -> Ro
                            adapter, got, cands, loss_tolerances(DTYPE, "loss.pg"), seed=seed)
 
 
-def importance_sampling_row(adapter: Any, seed: int, reduction: str = "token_mean") -> RowResult:
+def importance_sampling_row(adapter: SkyRLAdapter, seed: int, reduction: str = "token_mean") -> RowResult:
     """``importance_sampling_loss`` (S:1038-1085, Tinker's): -(exp(logp - old) * A) summed over the mask; with
     the trainer's scaled advantages, ``aggregate(-A*r, mode)``; -A*r is ``kl_cov_token_loss(coef=0)``."""
     b = _batch(seed)
@@ -351,7 +354,7 @@ def importance_sampling_row(adapter: Any, seed: int, reduction: str = "token_mea
                            adapter, got, cands, loss_tolerances(DTYPE, "loss.kl_cov"), seed=seed)
 
 
-def cross_entropy_row(adapter: Any, seed: int) -> RowResult:
+def cross_entropy_row(adapter: SkyRLAdapter, seed: int) -> RowResult:
     """``cross_entropy_loss`` (S:999-1035, SFT): -logp summed over the mask, the advantages unread (so unscaled):
     ``aggregate(pg_token_loss(logp, A=1), mode="token_sum")``."""
     b = _batch(seed)
@@ -393,7 +396,7 @@ CORRECTIONS: dict[str, tuple[dict[str, Any], dict[str, Any] | None, list[dict[st
 }
 
 
-def correction_row(adapter: Any, seed: int, label: str, reduction: str = "token_mean") -> RowResult:
+def correction_row(adapter: SkyRLAdapter, seed: int, label: str, reduction: str = "token_mean") -> RowResult:
     """``ppo_policy_loss`` (``regular``) with ``off_policy_correction`` set and ``rollout_logprobs`` given, on the
     trainer's path: against ``corrected_policy_loss`` (kl_coef 0) with the oracle's weights and keep mask
     (``rejected="drop"`` canonical; SkyRL's ``"zero"``: the trainer scaled the advantages by the uncorrected
@@ -456,7 +459,7 @@ def correction_row(adapter: Any, seed: int, label: str, reduction: str = "token_
                            adapter, got, cands, loss_tolerances(DTYPE, "offpolicy.loss"), seed=seed)
 
 
-def correction_rows(adapter: Any, seed: int) -> list[RowResult]:
+def correction_rows(adapter: SkyRLAdapter, seed: int) -> list[RowResult]:
     rows = [correction_row(adapter, seed, label) for label in CORRECTIONS]
     return rows + [correction_row(adapter, seed, "tis_ratio_type=token", "sequence_mean"),
                    correction_row(adapter, seed, "sequence_mask_metric=product", "sequence_mean")]
@@ -469,7 +472,7 @@ def correction_rows(adapter: Any, seed: int) -> list[RowResult]:
 KL_COEF = 0.1
 
 
-def worker_loss_row(adapter: Any, seed: int, reduction: str, estimator: str) -> RowResult:
+def worker_loss_row(adapter: SkyRLAdapter, seed: int, reduction: str, estimator: str) -> RowResult:
     """``regular`` plus ``kl_loss_coef * masked_mean(compute_approx_kl(...), dim=-1).mean()`` (one micro-batch, one
     rank) against ``policy_loss(kl_coef, kl_estimator, mode)`` (canonical: one aggregation for both terms),
     then SkyRL's composition: ``aggregate(ppo_token_loss, mode) + kl_coef * aggregate(kl_penalty, mode=
@@ -503,7 +506,7 @@ def worker_loss_row(adapter: Any, seed: int, reduction: str, estimator: str) -> 
                            adapter, got, cands, loss_tolerances(DTYPE, "loss.policy"), seed=seed)
 
 
-def worker_rows(adapter: Any, seed: int) -> list[RowResult]:
+def worker_rows(adapter: SkyRLAdapter, seed: int) -> list[RowResult]:
     return [worker_loss_row(adapter, seed, "token_mean", "k3"), worker_loss_row(adapter, seed, "sequence_mean", "k3"),
             worker_loss_row(adapter, seed, "sequence_mean", "k1"), worker_loss_row(adapter, seed, "token_mean", "k2")]
 
@@ -513,7 +516,7 @@ def worker_rows(adapter: Any, seed: int) -> list[RowResult]:
 # ---------------------------------------------------------------------------------------------
 
 
-def value_row(adapter: Any, seed: int, value_clip: float | None) -> RowResult:
+def value_row(adapter: SkyRLAdapter, seed: int, value_clip: float | None) -> RowResult:
     b = _batch(seed)
     m = b["mask"]
     f = NP[DTYPE]
@@ -535,7 +538,7 @@ def value_row(adapter: Any, seed: int, value_clip: float | None) -> RowResult:
 # ---------------------------------------------------------------------------------------------
 
 
-def gae_row(adapter: Any, seed: int, gamma: float, lam: float, garbage: bool) -> RowResult:
+def gae_row(adapter: SkyRLAdapter, seed: int, gamma: float, lam: float, garbage: bool) -> RowResult:
     """``compute_gae_advantage_return`` (S:1256-1283) on the loss batch: SkyRL's (whitened advantages, returns)
     against ``(whiten(gae(...).advantages, mask), gae(...).returns)`` at the valid positions. ``garbage``: the
     masked positions hold what they hold in the batch (the critic's output at padding is not masked,
@@ -567,7 +570,7 @@ def gae_row(adapter: Any, seed: int, gamma: float, lam: float, garbage: bool) ->
                            _diagnosed(cands, label, lambda: expected(every)), tol, seed=seed)
 
 
-def reinforce_pp_row(adapter: Any, seed: int, gamma: float) -> RowResult:
+def reinforce_pp_row(adapter: SkyRLAdapter, seed: int, gamma: float) -> RowResult:
     """``reinforce++`` (S:1167-1199) on the loss batch as the trainer gets it: dense rewards with finite garbage
     at every masked position (row 3 has a masked tool token inside its completion): against
     ``reinforce_pp_advantages`` and its gap variants (SkyRL's ``gap="reset"``: preset skyrl)."""
@@ -593,7 +596,7 @@ def reinforce_pp_row(adapter: Any, seed: int, gamma: float) -> RowResult:
                            "skyrl.compute_reinforce_plus_plus_outcome_advantage", adapter, got, cands, tol, seed=seed)
 
 
-def batch_normalize_row(adapter: Any, seed: int) -> RowResult:
+def batch_normalize_row(adapter: SkyRLAdapter, seed: int) -> RowResult:
     """``RayPPOTrainer._normalize_advantages`` with ``advantage_batch_normalize`` (TR:1448-1454) and
     ``loss_reduction="token_mean"``, on per-token advantages as the estimators return them (0 at masked
     positions, S:1334): against ``whiten(A, mask) / N`` at the valid positions (N the valid tokens), then the
@@ -627,7 +630,7 @@ def batch_normalize_row(adapter: Any, seed: int) -> RowResult:
                            tol, seed=seed)
 
 
-def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
+def advantage_rows(adapter: SkyRLAdapter, seed: int) -> list[RowResult]:
     rows = [gae_row(adapter, seed, gamma, lam, garbage) for gamma, lam in ((1.0, 1.0), (0.99, 0.95)) for garbage in (False, True)]
     rows += [reinforce_pp_row(adapter, seed, gamma) for gamma in (1.0, 0.9)]
     if adapter.has_trainer:
@@ -664,7 +667,7 @@ ESTIMATORS = {
 }
 
 
-def registry_rows(adapter: Any) -> list[RowResult]:
+def registry_rows(adapter: SkyRLAdapter) -> list[RowResult]:
     """A "not implemented" row for each registered loss or estimator this module does not know."""
     rows = []
     for kind, known, names in (("policy loss", POLICY_LOSSES, adapter.policy_losses()),
@@ -675,7 +678,7 @@ def registry_rows(adapter: Any) -> list[RowResult]:
     return rows
 
 
-def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
+def extra_rows(adapter: SkyRLAdapter, seed: int = 0) -> list[RowResult]:
     """Every SkyRL-specific row (the trainer-path rows need ``skyrl.train.trainer``; without it they are errors
     that say why)."""
     return (loss_rows(adapter, seed) + correction_rows(adapter, seed) + worker_rows(adapter, seed)

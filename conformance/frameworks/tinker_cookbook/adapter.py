@@ -81,7 +81,7 @@ class TinkerCookbookAdapter(SubprocessAdapter):
         ``r - mean_g``; only ``scale="none"``."""
         fn = "grpo_advantages"
         r, G = io.check_groups(fn, rewards, group_size)
-        io.choice(fn, "scale", scale, io.GRPO_SCALES)
+        io.choice(fn, "scale", scale)
         if scale != "none":
             raise NotImplementedError("compute_advantages only centres each group, rewards_G - rewards_G.mean() "
                                       "(rl/data_processing.py:38-40): no standard deviation divides, so only scale='none'")

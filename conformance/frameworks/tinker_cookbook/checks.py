@@ -42,7 +42,7 @@ Entry point: ``extra_rows(adapter, seed) -> list[RowResult]``. Row ids look like
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,6 +53,9 @@ from conformance.records.pieces import fmt
 from conformance.runner.rows import not_implemented_row
 from conformance.runner.rows import RowResult
 from conformance.tolerances import Tol, tolerance
+
+if TYPE_CHECKING:  # the adapter whose extra_rows call these (imported for the annotations only)
+    from conformance.frameworks.tinker_cookbook.adapter import TinkerCookbookAdapter
 
 DTYPE = "float32"  # the cookbook's log-probs and advantages are float32 tensors (TensorData.from_torch)
 G = 2  # group size of the minibatch batch
@@ -132,7 +135,7 @@ def kept_groups(rewards: np.ndarray, group_size: int) -> np.ndarray:
 FILTER_FORMULA = "group g kept iff grpo_advantages(r, G, scale='none')[g] is not all 0 (group 0 alone if none is)"
 
 
-def filter_row(adapter: Any, seed: int, label: str, rewards: np.ndarray, group_size: int) -> RowResult:
+def filter_row(adapter: TinkerCookbookAdapter, seed: int, label: str, rewards: np.ndarray, group_size: int) -> RowResult:
     def got() -> dict[str, Any]:
         keep = np.zeros(rewards.shape[0] // group_size)
         keep[adapter.constant_group_filter(rewards, group_size)] = 1.0
@@ -146,7 +149,7 @@ def filter_row(adapter: Any, seed: int, label: str, rewards: np.ndarray, group_s
                            {"value": Tol(rtol=0.0, atol=0.0, reason="a keep decision")}, seed=seed, note=note)
 
 
-def filter_rows(adapter: Any, seed: int) -> list[RowResult]:
+def filter_rows(adapter: TinkerCookbookAdapter, seed: int) -> list[RowResult]:
     rng = np.random.default_rng(seed + 7)
     mixed = rng.integers(0, 2, size=12).astype(np.float64)  # groups of 3 binary rewards: some all-equal, some mixed
     mixed[:3] = [1.0, 1.0, 1.0]
@@ -178,7 +181,7 @@ def composition_formula(coef: float, gamma: float) -> str:
     return f"{A} + reinforce_pp_advantages(x, mask, gamma={gamma:g}, gap='discount').returns, x = {x}"
 
 
-def minibatch_row(adapter: Any, seed: int, label: str, *, coef: float = 0.0, gamma: float = 0.0, remove: bool = False,
+def minibatch_row(adapter: TinkerCookbookAdapter, seed: int, label: str, *, coef: float = 0.0, gamma: float = 0.0, remove: bool = False,
                   batch: dict[str, np.ndarray] | None = None, note: str = "") -> RowResult:
     """``prepare_minibatch`` (with ``remove_constant_reward_groups`` first when ``remove``) against the composition:
     ``"value"`` at the trained tokens, ``"masked positions"`` (every other position a datum has: 0 in the spec),
@@ -251,7 +254,7 @@ def no_trained_token_batch(seed: int) -> dict[str, np.ndarray]:
     return b
 
 
-def minibatch_rows(adapter: Any, seed: int) -> list[RowResult]:
+def minibatch_rows(adapter: TinkerCookbookAdapter, seed: int) -> list[RowResult]:
     return [
         minibatch_row(adapter, seed, "", coef=0.0),
         minibatch_row(adapter, seed, "", coef=KL_COEF),
@@ -262,7 +265,7 @@ def minibatch_rows(adapter: Any, seed: int) -> list[RowResult]:
     ]
 
 
-def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
+def extra_rows(adapter: TinkerCookbookAdapter, seed: int = 0) -> list[RowResult]:
     """Every tinker-cookbook row."""
     rows = filter_rows(adapter, seed) + minibatch_rows(adapter, seed)
     rows.append(not_implemented_row("tinker_cookbook.forward_backward[loss_fn=*]", "loss.*", "tinker.TrainingClient.forward_backward",

@@ -164,7 +164,7 @@ class TorchRLAdapter(SubprocessAdapter):
         """``MCAdvantage(grpo_size=group_size)``; ``eps`` and ``singleton`` have no setting (module docstring)."""
         fn = "grpo_advantages"
         r, G = io.check_groups(fn, rewards, group_size)
-        io.choice(fn, "scale", scale, io.GRPO_SCALES)
+        io.choice(fn, "scale", scale)
         if scale != "group" or std_ddof != 1:
             raise NotImplementedError("MCAdvantage divides by the group's unbiased std (grpo.py:1508-1511): "
                                       "no batch or unscaled form, no ddof")
@@ -287,8 +287,8 @@ class TorchRLAdapter(SubprocessAdapter):
     def _cispo(self, logp: Any, old_logp: Any, advantages: Any, mask: Any, eps_low: Any, eps_high: float, bound: str,
                surrogate: str, upstream: Any = None) -> np.ndarray:
         fn = "cispo_token_loss"
-        io.choice(fn, "bound", bound, ("relative", "absolute"))
-        io.choice(fn, "surrogate", surrogate, ("logp", "ratio"))
+        io.choice(fn, "bound", bound)
+        io.choice(fn, "surrogate", surrogate)
         if bound == "absolute" or eps_low is None:
             raise NotImplementedError("CISPOLoss clips r to [1 - eps_low, 1 + eps_high] (grpo.py:551-557, :1008-1016): both bounds "
                                       "relative and a lower bound always (objectives/utils.py:1082-1107)")
@@ -384,7 +384,7 @@ class TorchRLAdapter(SubprocessAdapter):
     def _policy_loss(self, logp: Any, old_logp: Any, ref_logp: Any, advantages: Any, mask: Any, kw: dict[str, Any],
                      upstream: Any = None) -> Any:
         fn = "policy_loss"
-        io.choice(fn, "kl_estimator", kw["kl_estimator"], ("k1", "k2", "k3"))
+        io.choice(fn, "kl_estimator", kw["kl_estimator"])
         kl_coef = io.number(fn, "kl_coef", kw["kl_coef"], low=None)
         aggregation = self._aggregation(fn, kw["mode"], kw["norm_length"], kw["num_tokens"], kw["num_seqs"])
         if kw["dual_clip"] is not None:

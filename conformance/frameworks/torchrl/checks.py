@@ -28,7 +28,7 @@ and ``advantages.py`` (``TDLambdaEstimator`` :1620, ``GAE`` :1960), ``torchrl/mo
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from conformance.runner.composite import Candidate, FunctionView, composition_ro
 from conformance.records.pieces import fmt
 from conformance.runner.rows import RowResult
 from conformance.tolerances import Tol, tolerance
+
+if TYPE_CHECKING:  # the adapter whose extra_rows call these (imported for the annotations only)
+    from conformance.frameworks.torchrl.adapter import TorchRLAdapter
 
 DTYPE = "float32"
 KL_COEF = 0.1
@@ -57,7 +60,7 @@ def _no_zero_discount(case: Any) -> str | None:
     return LAMBDA_ZERO if kw.get("gamma", 1.0) * kw.get("lam", 1.0) == 0 else None
 
 
-def value_rows(adapter: Any, seed: int) -> list[RowResult]:
+def value_rows(adapter: TorchRLAdapter, seed: int) -> list[RowResult]:
     """Each value function and estimator as the spec's ``gae`` (advantage, and value target = returns)."""
     rows = []
     for name, op, params, skip in (
@@ -87,7 +90,7 @@ def value_rows(adapter: Any, seed: int) -> list[RowResult]:
 SINGLETON = "a one-sample group: NaN per step (std of one reward), refused with trajectory_return (grpo.py:1165-1170)"
 
 
-def mc_advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
+def mc_advantage_rows(adapter: TorchRLAdapter, seed: int) -> list[RowResult]:
     rows = []
     for trajectory_return in (None, "sum"):
         def grpo(r: Any, G: Any, *, scale: str = "group", trajectory_return: str | None = trajectory_return) -> np.ndarray:
@@ -142,7 +145,7 @@ def _far_ratios(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     return d
 
 
-def loss_batch(adapter: Any, seed: int) -> dict[str, np.ndarray]:
+def loss_batch(adapter: TorchRLAdapter, seed: int) -> dict[str, np.ndarray]:
     """The layout, the tiny model's logits ``z`` (one forward), and old / reference log-probs around the
     spec's log-probs of ``z``, float32, finite garbage where masked."""
     rng = np.random.default_rng(seed)
@@ -166,7 +169,7 @@ def _params(loss: str, init: dict[str, Any], seed: int) -> dict[str, Any]:
             "backward": True}
 
 
-def forward(adapter: Any, batch: dict[str, np.ndarray], loss: str, init: dict[str, Any], mask: str) -> dict[str, Any]:
+def forward(adapter: TorchRLAdapter, batch: dict[str, np.ndarray], loss: str, init: dict[str, Any], mask: str) -> dict[str, Any]:
     """The loss ``forward`` and ``backward()`` in the worker: every output, the model's logits and their gradient."""
     arrays = {"tokens": batch["tokens"], "mask": batch[mask], "old_log_probs": batch["old_logp"],
               "advantage": np.broadcast_to(batch["advantages"][:, None], batch["mask"].shape).astype(np.float32),
@@ -207,7 +210,7 @@ def _tolerances() -> dict[str, Tol]:
     return {"value": tolerance("agg", DTYPE, "value"), "grad": tolerance("logprob.token", DTYPE, "grad")}
 
 
-def loss_row(adapter: Any, batch: dict[str, np.ndarray], seed: int, loss: str, init: dict[str, Any], *, mask: str = "mask",
+def loss_row(adapter: TorchRLAdapter, batch: dict[str, np.ndarray], seed: int, loss: str, init: dict[str, Any], *, mask: str = "mask",
              agg: dict[str, Any] | None = None, candidates: list[tuple[str, dict[str, Any], str | None]],
              kl_coef: float = 0.0, keep: np.ndarray | None = None, label: str | None = None, note: str = "") -> RowResult:
     """``loss(**init)``'s total (``loss_objective + loss_entropy [+ loss_kl_to_ref]``) and its gradient w.r.t. the
@@ -242,7 +245,7 @@ def _ppo(**kw: Any) -> dict[str, Any]:
     return {"function": "ppo_token_loss", "kwargs": kw}
 
 
-def clip_fraction_row(adapter: Any, batch: dict[str, np.ndarray], seed: int) -> RowResult:
+def clip_fraction_row(adapter: TorchRLAdapter, batch: dict[str, np.ndarray], seed: int) -> RowResult:
     """The ``clip_fraction`` GRPOLoss logs, against the token mean of the spec's ``ppo_clipped_mask``."""
     m = batch["mask"]
     lp = oracle.token_logprobs(batch["z"].astype(np.float64), batch["tokens"], m)
@@ -261,7 +264,7 @@ def clip_fraction_row(adapter: Any, batch: dict[str, np.ndarray], seed: int) -> 
                                 "grpo.py:778; see README)")
 
 
-def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+def loss_rows(adapter: TorchRLAdapter, seed: int) -> list[RowResult]:
     batch = loss_batch(adapter, seed)
     ppo = [("canonical", _ppo(), None)]
     z64 = batch["z"].astype(np.float64)
@@ -288,7 +291,7 @@ def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
     ]
 
 
-def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
+def extra_rows(adapter: TorchRLAdapter, seed: int = 0) -> list[RowResult]:
     return value_rows(adapter, seed) + mc_advantage_rows(adapter, seed) + loss_rows(adapter, seed)
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,6 +45,9 @@ from conformance.records.pieces import aggregate_eval, broadcast_advantages, com
 from conformance.frameworks.loss_batch import loss_batch, round_batch
 from conformance.runner.rows import RowResult
 from conformance.tolerances import tolerance
+
+if TYPE_CHECKING:  # the adapter whose extra_rows call these (imported for the annotations only)
+    from conformance.frameworks.torchtune.adapter import TorchtuneAdapter
 
 DTYPE = "float32"  # the rows run in float32, the recipe's training dtype ("fp32" in its configs, bf16 the other)
 KINKS = tuple(math.log(x) for x in (0.8, 0.9, 1.1, 1.2))  # 1 -+ 0.1 (PPOLoss default) and 1 -+ 0.2
@@ -81,7 +84,7 @@ def ppo_loss_value(batch: dict[str, np.ndarray], ppo: dict[str, Any], value: dic
             "grad[values]": coeff * val["grad[values]"]}
 
 
-def ppo_loss_row(adapter: Any, seed: int, init: dict[str, Any], asked: dict[str, Any], *, per_token_advantages: bool = False,
+def ppo_loss_row(adapter: TorchtuneAdapter, seed: int, init: dict[str, Any], asked: dict[str, Any], *, per_token_advantages: bool = False,
                  label: str = "") -> RowResult:
     """``PPOLoss(**init)`` on the loss batch. ``asked``: the spec keywords ``init`` asks for (``eps_low``,
     ``eps_high``, ``clip``); the canonical candidate uses them, the torchtune preset fills the rest."""
@@ -122,7 +125,7 @@ def ppo_loss_row(adapter: Any, seed: int, init: dict[str, Any], asked: dict[str,
 # ---------------------------------------------------------------------------------------------
 
 
-def estimate_advantages_row(adapter: Any, seed: int, gamma: float, lam: float) -> RowResult:
+def estimate_advantages_row(adapter: TorchtuneAdapter, seed: int, gamma: float, lam: float) -> RowResult:
     """``estimate_advantages`` on the loss batch's rows (valid positions left-justified, the recipe's
     layout): (whitened advantages, returns) against ``(whiten(gae(...).advantages), gae(...).returns)``
     with the spec's whitening (canonical) and torchtune's (the mean added back: preset torchtune)."""
@@ -150,7 +153,7 @@ def estimate_advantages_row(adapter: Any, seed: int, gamma: float, lam: float) -
                            "torchtune.rlhf.estimate_advantages", adapter, got, cands, tol, seed=seed)
 
 
-def whiten_default_row(adapter: Any, seed: int) -> RowResult:
+def whiten_default_row(adapter: TorchtuneAdapter, seed: int) -> RowResult:
     """``whiten(x, mask)`` at torchtune's default ``shift_mean=True`` (rlhf/rewards.py:139-161), on the loss
     batch's token rewards sent as they are (garbage at masked positions)."""
     b = round_batch(loss_batch(seed), DTYPE)
@@ -173,7 +176,7 @@ def whiten_default_row(adapter: Any, seed: int) -> RowResult:
 # ---------------------------------------------------------------------------------------------
 
 
-def grad_accumulation_row(adapter: Any, seed: int, steps: int = 2) -> RowResult:
+def grad_accumulation_row(adapter: TorchtuneAdapter, seed: int, steps: int = 2) -> RowResult:
     """``ppo_step`` with ``gradient_accumulation_steps = steps``: each micro-batch's ``PPOLoss`` reduction
     (``masked_mean`` over that micro-batch) divided by ``steps`` (recipes/ppo_full_finetune_single_device.py:
     1107-1118), summed over the micro-batches, against the token mean of the whole PPO batch."""
@@ -206,7 +209,7 @@ def grad_accumulation_row(adapter: Any, seed: int, steps: int = 2) -> RowResult:
 # ---------------------------------------------------------------------------------------------
 
 
-def recipe_batch(adapter: Any) -> dict[str, np.ndarray]:
+def recipe_batch(adapter: TorchtuneAdapter) -> dict[str, np.ndarray]:
     """One batch of the PPO recipe (``ops.ppo_recipe`` with ``RECIPE``) in the spec layout: a prompt column
     (masked) before the response; ``mask`` = ``~response_padding_masks``, ``mask_ext`` = ``mask`` plus the
     position ``value_seq_idxs`` (``~value_padding_masks``), float64 copies of the recipe's float32 arrays."""
@@ -234,7 +237,7 @@ def _recipe_rewards(b: dict[str, np.ndarray], mask: np.ndarray) -> np.ndarray:
     return oracle.rlhf_token_rewards(b["scores"], b["logprobs"], b["ref_logprobs"], mask, kl_coef=RECIPE["kl_coeff"])
 
 
-def recipe_rows(adapter: Any, seed: int) -> list[RowResult]:
+def recipe_rows(adapter: TorchtuneAdapter, seed: int) -> list[RowResult]:
     t0 = time.perf_counter()
     try:
         b = recipe_batch(adapter)
@@ -295,7 +298,7 @@ def recipe_rows(adapter: Any, seed: int) -> list[RowResult]:
     return rows
 
 
-def extra_rows(adapter: Any, seed: int) -> list[RowResult]:
+def extra_rows(adapter: TorchtuneAdapter, seed: int) -> list[RowResult]:
     rows = [
         # PPOLoss's defaults (rlhf/loss/ppo.py:32-37): epsilon 0.1, value_clip_range 0.2, value_coeff 0.1
         ppo_loss_row(adapter, seed, {"epsilon": 0.1, "value_clip_range": 0.2, "value_coeff": 0.1}, {}),

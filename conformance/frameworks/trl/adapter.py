@@ -96,6 +96,7 @@ from unittest import mock
 
 import torch
 
+from conformance.frameworks.trl.modes import IS_MODES
 from conformance.runner.loading import AdapterLoadError
 
 # The tiny policy (peer-conventions §11 item 2). `initializer_range` is raised from 0.02 so that the
@@ -185,15 +186,6 @@ def _check_bound(fn: str, name: str, x: Any) -> float | None:
     return float(x)
 
 
-# spec (level, mode) -> GRPOConfig.vllm_importance_sampling_mode (grpo_config.py:925-962, trl 1.16.0)
-IS_MODES = {
-    ("token", "truncate"): "token_truncate",
-    ("token", "mask"): "token_mask",
-    ("sequence", "truncate"): "sequence_truncate",
-    ("sequence", "mask"): "sequence_mask",
-}
-
-
 class SimulatedRanks:
     """accelerate's ``pad_across_processes`` and ``gather`` for one rank of ``len(others) + 1`` data-parallel
     ranks simulated in one process: ``others`` are the tensors the other ranks pass, in rank order around
@@ -242,12 +234,6 @@ def _pool_without(fn: str, pooled: Any, local: torch.Tensor) -> torch.Tensor:
                                       f"{v!r}: TRL's all-gather always includes the caller's own")
         remaining[v] -= 1
     return torch.tensor(sorted(remaining.elements()), dtype=torch.float64)
-
-
-def is_mode_to_spec(mode: str, clip_min: float | None, clip_max: float | None) -> dict[str, Any]:
-    """A TRL ``vllm_importance_sampling_mode`` with its clip bounds, as ``rollout_is_weights`` keywords."""
-    level, spec_mode = next(k for k, v in IS_MODES.items() if v == mode)
-    return {"level": level, "mode": spec_mode, "lo": clip_min, "hi": clip_max}
 
 
 class _NoVLLM:
@@ -303,7 +289,7 @@ class TRLAdapter:
             import trl
             from trl.trainer import utils as trl_utils
         except ImportError as exc:  # the "not installed" row of `rlspec check`
-            raise AdapterLoadError(f"adapter 'trl': cannot import 'trl': {exc}") from exc
+            raise AdapterLoadError(f"adapter 'trl': cannot import 'trl' ({exc}): pip install 'rlspec[trl]'") from exc
         self._trl = trl
         self._utils = trl_utils
         self.version = trl.__version__
@@ -1041,4 +1027,4 @@ class _TinyWorld:
         }
 
 
-__all__ = ["TRLAdapter", "IS_MODES", "SimulatedRanks", "is_mode_to_spec"]
+__all__ = ["TRLAdapter", "SimulatedRanks"]

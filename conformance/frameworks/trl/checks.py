@@ -83,22 +83,24 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 import oracle
 from conformance.records.presets import preset_kwargs
-from conformance.frameworks.trl.adapter import is_mode_to_spec
+from conformance.frameworks.trl.modes import is_mode_to_spec
 from conformance.records import cases, inputs, make_case
 from conformance.records.pieces import Piece, scaled
 from conformance.runner.composite import Candidate, compare_candidate, composition_row
 from conformance.runner.rows import RowResult, error_row, not_implemented_row, seeds_for
 from conformance.tolerances import Tol, tolerance
+
+if TYPE_CHECKING:  # the adapter whose extra_rows call these (imported for the annotations only)
+    from conformance.frameworks.trl.adapter import TRLAdapter
 
 # ---------------------------------------------------------------------------------------------
 # The batch
@@ -798,7 +800,7 @@ def offpolicy_configs() -> list[LossConfig]:
 NOT_EXPRESSIBLE: dict[str, str] = {}  # loss_type -> why no composition exists off-policy (none in trl 1.16.0)
 
 
-def run_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> dict[str, Any]:
+def run_loss_config(adapter: TRLAdapter, cfg: LossConfig, seed: int) -> dict[str, Any]:
     """Drive TRL once for `cfg` and return the adapter's result as float64 NumPy arrays."""
     config = cfg.trl_config()
     batch = make_batch(seed, per_token_advantages=cfg.per_token_advantages)
@@ -819,7 +821,7 @@ def contrasts(run: dict[str, Any], comps: list[Composition], matched: Compositio
     return {c.label: compare_candidate(observed(run), c, TOLERANCES) for c in candidate(run, matched, comps).contrasts}
 
 
-def check_loss_config(adapter: Any, cfg: LossConfig, seed: int) -> RowResult:
+def check_loss_config(adapter: TRLAdapter, cfg: LossConfig, seed: int) -> RowResult:
     """One GRPO loss configuration: TRL's run against every composition of it (canonical, presets, variants,
     then the contrasts), by the runner's engine."""
     try:
@@ -870,7 +872,7 @@ def rloo_composition(run: dict[str, Any]) -> tuple[Evaluated, str]:
 RLOO_SEQUENCE_LOG_RATIOS = (-0.9, 0.1, 0.5, -0.05, 1.0)  # ratios 0.41, 1.11, 1.65, 0.95, 2.72
 
 
-def check_rloo_loss(adapter: Any, seed: int) -> RowResult:
+def check_rloo_loss(adapter: TRLAdapter, seed: int) -> RowResult:
     config = {"beta": 0.0, "max_completion_length": MAX_COMPLETION_LENGTH}
     box: dict[str, Any] = {}
 
@@ -905,7 +907,7 @@ def check_rloo_loss(adapter: Any, seed: int) -> RowResult:
 SOFT_OVERLONG_CONFIGS = ((100, 20), (8, 3), (8, 0), (6, 6))
 
 
-def soft_overlong_row(adapter: Any) -> RowResult:
+def soft_overlong_row(adapter: TRLAdapter) -> RowResult:
     """``trl.rewards.get_soft_overlong_punishment`` on every completion length from 0 to
     ``max_completion_len + 3``: each boundary of DAPO eq. 13 (0 at and below L_max - L_cache, exactly -1 at
     L_max, -1 beyond) against ``overlong_penalty`` canonical (floor) with factor 1; the row's message says
@@ -931,7 +933,7 @@ def soft_overlong_row(adapter: Any) -> RowResult:
                            n_cases=len(SOFT_OVERLONG_CONFIGS))
 
 
-def nanstd_row(adapter: Any, seed: int) -> RowResult:
+def nanstd_row(adapter: TRLAdapter, seed: int) -> RowResult:
     """``trl.trainer.utils.nanstd`` is the spec's std with ddof = 1 (api.md, adv.grpo), ignoring NaNs."""
     rng = np.random.default_rng(seed)
     xs = [rng.normal(0, 1, size=n) for n in (2, 3, 8)] + [np.array([1.0, 0, 0, 0]), np.array([3.0, 3, 3, 3])]
@@ -957,7 +959,7 @@ def nanstd_row(adapter: Any, seed: int) -> RowResult:
     return row
 
 
-def fused_softmax_entropy_row(adapter: Any, seed: int, n_seeds: int = 4) -> RowResult:
+def fused_softmax_entropy_row(adapter: TRLAdapter, seed: int, n_seeds: int = 4) -> RowResult:
     """``selective_log_softmax_and_entropy`` = (token_logprobs, token_entropy), values and gradients."""
     seeds = seeds_for("token_logprobs", seed, n_seeds)
     inputs_of = {}
@@ -1015,7 +1017,6 @@ ENTROPY_MASK_RHOS = (0.2, 0.5, 0.8)
 def entropy_mask_batch(seed: int, rho: float) -> tuple[np.ndarray, np.ndarray]:
     """(entropies [7, 9] float32-exact float64, mask [7, 9]) with every valid entropy off the top-rho
     threshold of the whole batch (the registry's conditioning)."""
-    from conformance.records import cases
     from conformance.records import BY_FUNCTION
 
     rng = np.random.default_rng(seed)
@@ -1030,7 +1031,7 @@ def entropy_mask_batch(seed: int, rho: float) -> tuple[np.ndarray, np.ndarray]:
     raise RuntimeError("entropy_mask_batch: no batch away from the threshold")
 
 
-def entropy_mask_row(adapter: Any, rho: float, seed: int) -> RowResult:
+def entropy_mask_row(adapter: TRLAdapter, rho: float, seed: int) -> RowResult:
     """Each of 3 simulated ranks calls ``get_high_entropy_mask`` on its rows, its accelerator gathering the
     other ranks' ``entropies[mask].float()``: the ranks' masks, joined, must be ``entropy_top_mask`` of the
     whole batch (the all-gather makes TRL's quantile the batch's). A per-rank quantile (ms-swift, TRL before
@@ -1066,7 +1067,7 @@ def entropy_mask_row(adapter: Any, rho: float, seed: int) -> RowResult:
     return row
 
 
-def entropy_mask_pool_limit_row(adapter: Any) -> RowResult:
+def entropy_mask_pool_limit_row(adapter: TRLAdapter) -> RowResult:
     """A batch whose pool over the ranks holds 2**24 + 3 valid entropies (the other rank's 2**24, k/2**24):
     the spec's mask is defined (refimpl computes it with kthvalue); TRL's ``torch.quantile`` of the gathered
     pool refuses more than 2**24 elements."""
@@ -1116,7 +1117,7 @@ def adaptive_entropy_cases() -> list[AdaptiveEntropyCase]:
     ]
 
 
-def adaptive_entropy_row(adapter: Any, case: AdaptiveEntropyCase, seed: int) -> RowResult:
+def adaptive_entropy_row(adapter: TRLAdapter, case: AdaptiveEntropyCase, seed: int) -> RowResult:
     """``_compute_loss`` with ``use_adaptive_entropy=True`` from the controller state of ``case``: the
     coefficient TRL stores after the step is ``entropy_coef_update(coef, H)`` with H the entropy it measured
     (checked against the oracle's token mean of H over the bonus's tokens), and the coefficient the step
@@ -1165,7 +1166,7 @@ def adaptive_entropy_row(adapter: Any, case: AdaptiveEntropyCase, seed: int) -> 
 # ---------------------------------------------------------------------------------------------
 
 
-def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
+def extra_rows(adapter: TRLAdapter, seed: int = 0) -> list[RowResult]:
     """Every TRL-specific row: the GRPO loss configurations (plus a row for any ``loss_type`` the
     installed TRL offers that this module has no configuration for), TRL's bfloat16 paths, its
     free helpers, the high-entropy mask over simulated ranks and the adaptive entropy controller."""

@@ -71,7 +71,7 @@ The v1.1 policy losses of 2025-26 (settings as verl reads them; what they cannot
   20 are run.
 - verl's ``gpg`` is ``pg_token_loss`` aggregated (no new function); it and the aggregated forms of the
   four losses above (with ``sapo``'s and ``geo_mean``'s fixed reductions) are the
-  ``verl.policy_loss[<loss_mode>,<agg mode>]`` rows of ``verl_checks.py``, as are ``clip_cov``
+  ``verl.policy_loss[<loss_mode>,<agg mode>]`` rows of ``checks.py``, as are ``clip_cov``
   (``aggregate(ppo_token_loss(dual_clip=None) · clip_cov_mask)``) and ``kl_cov``.
 
 The covariance-selected tokens of spec v1.1:
@@ -136,7 +136,7 @@ Conventions this adapter converts (the checks never do):
     faithful translation is ``lo_verl = exp(lo)``, ``hi_verl = exp(hi)``: verl then tests exactly
     ``lo <= k1 <= hi``. (Whether a ``"lo_hi"`` pair means bounds on pi_old/pi_rollout, as verl's docs
     read, or on its inverse, as verl computes, is the ``verl.compute_rollout_rejection_mask[*_k1,...]``
-    rows of ``verl_checks.py``.) Not expressible: ``statistic="ratio"`` (no ratio option:
+    rows of ``checks.py``.) Not expressible: ``statistic="ratio"`` (no ratio option:
     the IS ``"lo_hi"`` mask is ``rollout_is_weights``), ``level="seq_all"``, ``seq_max_k1``, a k1
     bound missing (verl needs both, :295-299), a k2/k3 lower bound or a missing upper bound,
     ``kl_of="old_rollout"``.
@@ -158,6 +158,14 @@ import numpy as np
 
 from conformance.frameworks.subprocess_adapter import SubprocessAdapter
 from conformance.frameworks import spec_io as io
+
+LOSS_AGG_MODES = {  # spec aggregation mode -> verl's loss_agg_mode (core_algos.py agg_loss)
+    "token_mean": "token-mean",
+    "seq_mean_token_mean": "seq-mean-token-mean",
+    "seq_mean_token_sum": "seq-mean-token-sum",
+    "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
+    "token_sum": "token-sum",
+}
 
 
 class VerlAdapter(SubprocessAdapter):
@@ -290,7 +298,7 @@ class VerlAdapter(SubprocessAdapter):
     def grpo_passk_advantages(self, rewards: Any, group_size: int, *, scale: str = "group") -> np.ndarray:
         """``grpo_passk`` (core_algos.py:471-530); ``scale`` -> ``AlgoConfig.norm_adv_by_std_in_grpo``."""
         fn = "grpo_passk_advantages"
-        io.choice(fn, "scale", scale, ("group", "none"))
+        io.choice(fn, "scale", scale)
         out, r, _ = self._grouped_call(fn, "grpo_passk", rewards, group_size, algo={"norm_adv_by_std_in_grpo": scale == "group"})
         return np.asarray(out["advantages"])[:, 0].astype(r.dtype)
 
@@ -314,7 +322,7 @@ class VerlAdapter(SubprocessAdapter):
                   "sum_pi_squared": ("sum_pi_squared", sum_pi_squared)}
         if is_weights is not None:
             inputs["rollout_is_weights"] = ("is_weights", is_weights)
-        io.choice(fn, "align", align, ("position", "valid_token"))
+        io.choice(fn, "align", align)
         io.boolean(fn, "zero_tail", zero_tail)
         B, T = m.shape
         non_empty = m.any(axis=1).reshape(-1, G).sum(axis=1)
@@ -450,7 +458,7 @@ class VerlAdapter(SubprocessAdapter):
 
     @staticmethod
     def _cispo_config(eps_low: float | None, eps_high: float, bound: str) -> dict[str, Any]:
-        io.choice("cispo_token_loss", "bound", bound, ("relative", "absolute"))
+        io.choice("cispo_token_loss", "bound", bound)
         high = float(eps_high) if bound == "relative" else float(eps_high) - 1.0
         low = 1.0 if eps_low is None else float(eps_low)
         return {"clip_ratio": low, "clip_ratio_low": low, "clip_ratio_high": high}
@@ -508,7 +516,7 @@ class VerlAdapter(SubprocessAdapter):
     def _dppo_params(self, divergence: str, delta_low: float, delta_high: float, ratio_cap: float | None,
                      log_ratio_clamp: float | None) -> dict[str, Any]:
         fn = "dppo_token_loss"
-        io.choice(fn, "divergence", divergence, ("tv", "kl"))
+        io.choice(fn, "divergence", divergence)
         low, high = io.clip_range(fn, delta_low, delta_high, ("delta_low", "delta_high"))
         if ratio_cap is not None:
             io.number(fn, "ratio_cap", ratio_cap, strict=True)
@@ -637,7 +645,7 @@ class VerlAdapter(SubprocessAdapter):
         verl has no option)."""
         fn = "rollout_rejection_mask"
         io.rejection_keywords(fn, statistic, level)
-        io.choice(fn, "kl_of", kl_of, io.KL_OF)
+        io.choice(fn, "kl_of", kl_of)
         if statistic == "ratio":
             raise NotImplementedError("rollout_rs has no ratio option, only k1/k2/k3, rollout_corr_helper.py:77-89; "
                                       "verl's ratio mask is the IS 'lower_upper' threshold of rollout_is_weights")
@@ -678,7 +686,7 @@ class VerlAdapter(SubprocessAdapter):
                    eps_high: float, dual_clip: float | None, behav_cap: float | None, behav_mode: str,
                    upstream: Any = None) -> np.ndarray:
         fn = "decoupled_ppo_token_loss"
-        io.choice(fn, "behav_mode", behav_mode, ("truncate", "mask"))
+        io.choice(fn, "behav_mode", behav_mode)
         lp, prox, behav, m = io.token_arrays(fn, mask, logp=logp, prox_logp=prox_logp, behav_logp=behav_logp)
         if behav_cap is None:
             raise NotImplementedError("verl's decoupled IS weight always has a threshold; rollout_is=None applies no weight, "
@@ -732,7 +740,7 @@ class VerlAdapter(SubprocessAdapter):
         x, m = io.token_arrays(fn, mask, token_loss=token_loss)
         io.agg_mode(fn, mode, norm_length=norm_length, needs_norm=True)
         params = {
-            "loss_agg_mode": io.AGG_MODES[mode],
+            "loss_agg_mode": LOSS_AGG_MODES[mode],
             "batch_num_tokens": float(m.sum()) if num_tokens is None else float(num_tokens),
             "global_batch_size": float(m.shape[0]) if num_seqs is None else float(num_seqs),
             "loss_scale_factor": None if norm_length is None else float(norm_length),
@@ -759,7 +767,7 @@ class VerlAdapter(SubprocessAdapter):
         xs, ms = io.chunk_arrays(fn, chunks, masks)
         io.agg_mode(fn, mode)
         params = {
-            "loss_agg_mode": io.AGG_MODES[mode],
+            "loss_agg_mode": LOSS_AGG_MODES[mode],
             "dp_size": int(dp_world_size),
             "batch_num_tokens": float(sum(m.sum() for m in ms)),
             "global_batch_size": float(sum(m.shape[0] for m in ms)),

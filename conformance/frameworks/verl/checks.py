@@ -44,7 +44,6 @@ passes); ``verl/trainer/ppo/rollout_corr_helper.py`` (``compute_rollout_rejectio
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -53,7 +52,7 @@ import numpy as np
 import oracle
 from conformance.records.presets import preset_kwargs
 from conformance.records import cases, make_case
-from conformance.frameworks import spec_io as io
+from conformance.frameworks.verl.adapter import LOSS_AGG_MODES, VerlAdapter
 from conformance.frameworks.loss_batch import NP, loss_batch, loss_call, loss_mask, mean_over_ranks, round_batch, value_loss_candidates
 from conformance.runner.composite import (
     Candidate,
@@ -70,7 +69,7 @@ from conformance.tolerances import tolerance
 
 DTYPE = "float32"  # the framework rows run in float32, verl's training dtype for these tensors
 MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
-SPEC_MODE = {v: k for k, v in io.AGG_MODES.items()}
+SPEC_MODE = {v: k for k, v in LOSS_AGG_MODES.items()}
 NORM = 16.0  # loss_scale_factor for seq-mean-token-sum-norm (a constant, as verl's docstring advises)
 # clip kinks in log space: 1 -+ 0.2, 1 + 0.28, dual clip 3, 10; CISPO 1 +- 0.2
 KINKS = tuple(math.log(x) for x in (0.8, 1.2, 1.28, 3.0, 10.0))
@@ -113,7 +112,7 @@ def _global(mode: str, m: np.ndarray, global_info: bool) -> tuple[dict[str, Any]
 # ---------------------------------------------------------------------------------------------
 
 
-def agg_rows(adapter: Any, seed: int) -> list[RowResult]:
+def agg_rows(adapter: VerlAdapter, seed: int) -> list[RowResult]:
     rows = []
     batch = round_batch(loss_batch(seed), DTYPE)
     m = batch["mask"]
@@ -140,7 +139,7 @@ def agg_rows(adapter: Any, seed: int) -> list[RowResult]:
     return rows
 
 
-def dp_row(adapter: Any, batch: dict[str, np.ndarray], mode: str, seed: int, tol: dict[str, Any], dp: int = 2) -> RowResult:
+def dp_row(adapter: VerlAdapter, batch: dict[str, np.ndarray], mode: str, seed: int, tol: dict[str, Any], dp: int = 2) -> RowResult:
     """The batch split over ``dp`` data-parallel ranks, each calling ``agg_loss`` with the global counts
     and ``dp_size`` as the engine does (``checks.mean_over_ranks``). It must equal the whole-batch
     aggregate (value and gradient)."""
@@ -165,7 +164,7 @@ PIECES = {"vanilla": ("ppo_token_loss", "loss.ppo"), "gspo": ("gspo_token_loss",
           "cispo": ("cispo_token_loss", "loss.cispo")}
 
 
-def policy_row(adapter: Any, seed: int, name: str, mode: str, *, config: dict[str, Any] | None = None,
+def policy_row(adapter: VerlAdapter, seed: int, name: str, mode: str, *, config: dict[str, Any] | None = None,
                asked: dict[str, Any] | None = None, per_token_advantages: bool = False) -> RowResult:
     """``compute_policy_loss_<name>`` with ``ActorConfig(**config)`` and ``loss_agg_mode=mode`` (global
     batch info as the engine sets it). ``asked``: the spec keywords the configuration asks for
@@ -196,7 +195,7 @@ def policy_row(adapter: Any, seed: int, name: str, mode: str, *, config: dict[st
                            adapter, got, cands, loss_tolerances(DTYPE, spec_id), seed=seed)
 
 
-def value_row(adapter: Any, seed: int, mode: str, cliprange: float, asked: dict[str, Any]) -> RowResult:
+def value_row(adapter: VerlAdapter, seed: int, mode: str, cliprange: float, asked: dict[str, Any]) -> RowResult:
     batch = round_batch(loss_batch(seed), DTYPE)
     m = batch["mask"]
     kw, agg = _global(mode, m, True)
@@ -213,7 +212,7 @@ def value_row(adapter: Any, seed: int, mode: str, cliprange: float, asked: dict[
                            loss_tolerances(DTYPE, "loss.value"), seed=seed)
 
 
-def loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+def loss_rows(adapter: VerlAdapter, seed: int) -> list[RowResult]:
     rows = [policy_row(adapter, seed, "vanilla", mode) for mode in MODES]  # ActorConfig defaults (0.2/0.2, c=3)
     rows += [
         policy_row(adapter, seed, "vanilla", "token-mean", config={"clip_ratio_high": 0.28, "clip_ratio_c": 10.0},
@@ -290,7 +289,7 @@ def _modern_batch(seed: int, function: str, asked: dict[str, Any], preset: dict[
                         accept, seed)
 
 
-def modern_policy_row(adapter: Any, seed: int, name: str, mode: str, *, config: dict[str, Any] | None = None,
+def modern_policy_row(adapter: VerlAdapter, seed: int, name: str, mode: str, *, config: dict[str, Any] | None = None,
                       policy_loss: dict[str, Any] | None = None, asked: dict[str, Any] | None = None,
                       per_token_advantages: bool = False) -> RowResult:
     """verl's registered ``name`` (``get_policy_loss_fn``) with ``ActorConfig(**config)``,
@@ -333,7 +332,7 @@ def modern_policy_row(adapter: Any, seed: int, name: str, mode: str, *, config: 
 
 
 DRO_BETA = 0.1  # policy_loss.dro_beta has no default (actor.py:100): a value DRO's users pick
-def modern_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+def modern_loss_rows(adapter: VerlAdapter, seed: int) -> list[RowResult]:
     rows = []
     for name in ("sapo", "geo_mean", "dppo_tv", "dppo_kl", "gpg"):  # ActorConfig defaults
         rows += [modern_policy_row(adapter, seed, name, mode) for mode in MODES]
@@ -405,7 +404,7 @@ def _clip_cov_piece(b: dict[str, np.ndarray], **kw: Any) -> Piece:
                  lambda u: oracle.ppo_token_loss_grad(lp, old, A, m, u * keep, **ppo))
 
 
-def covariance_row(adapter: Any, seed: int, name: str, mode: str, *, policy_loss: dict[str, Any] | None = None,
+def covariance_row(adapter: VerlAdapter, seed: int, name: str, mode: str, *, policy_loss: dict[str, Any] | None = None,
                    per_token_advantages: bool = False) -> RowResult:
     """verl's registered ``clip_cov`` / ``kl_cov`` with ``PolicyLossConfig(**policy_loss)`` (ActorConfig's
     clip range 0.2 / 0.2) and ``loss_agg_mode=mode`` (global batch info as the engine sets it), value and
@@ -441,7 +440,7 @@ def covariance_row(adapter: Any, seed: int, name: str, mode: str, *, policy_loss
                            got, cands, loss_tolerances(DTYPE, spec_id.split("+")[-2]), seed=seed)
 
 
-def covariance_rows(adapter: Any, seed: int) -> list[RowResult]:
+def covariance_rows(adapter: VerlAdapter, seed: int) -> list[RowResult]:
     rows = [covariance_row(adapter, seed, name, mode) for name in COVARIANCE for mode in MODES]  # PolicyLossConfig defaults
     window = {"clip_cov_ratio": 0.2, "clip_cov_lb": 0.2, "clip_cov_ub": 3.0}  # n = 4 of 22 tokens, most tokens candidates
     return rows + [
@@ -460,7 +459,7 @@ def covariance_rows(adapter: Any, seed: int) -> list[RowResult]:
 KL_ESTIMATOR = {"kl": "k1", "k1": "k1", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 
 
-def kl_rows(adapter: Any, seed: int) -> list[RowResult]:
+def kl_rows(adapter: VerlAdapter, seed: int) -> list[RowResult]:
     rows = []
     for name, est in KL_ESTIMATOR.items():
         view = FunctionView(
@@ -484,7 +483,7 @@ KL_LOSS_NAMES = {
 }
 
 
-def kl_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+def kl_loss_rows(adapter: VerlAdapter, seed: int) -> list[RowResult]:
     """``core_algos.kl_penalty`` under each name of ``KL_LOSS_NAMES``, checked as ``kl_loss_term`` with that
     estimator and gradient form fixed (property cases, golden vectors, invariants; fingerprinting names
     the gradient form verl computes if it is not the one its name promises)."""
@@ -505,7 +504,7 @@ def kl_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
 # ---------------------------------------------------------------------------------------------
 
 
-def advantage_rows(adapter: Any, seed: int) -> list[RowResult]:
+def advantage_rows(adapter: VerlAdapter, seed: int) -> list[RowResult]:
     rows = []
     for estimator in ("grpo", "grpo_vectorized"):
         for norm in (True, False):
@@ -549,7 +548,7 @@ ESTIMATORS = {
 }
 
 
-def estimator_rows(adapter: Any, seed: int) -> list[RowResult]:
+def estimator_rows(adapter: VerlAdapter, seed: int) -> list[RowResult]:
     """The framework rows of the spec v1.1 estimators and a "not implemented" row for any estimator the
     installed verl registers that this module does not know (a new verl)."""
     rows = [reinforce_pp_loss_batch_row(adapter, seed, gamma) for gamma in (1.0, 0.9)]
@@ -564,7 +563,7 @@ def estimator_rows(adapter: Any, seed: int) -> list[RowResult]:
     return rows
 
 
-def reinforce_pp_loss_batch_row(adapter: Any, seed: int, gamma: float) -> RowResult:
+def reinforce_pp_loss_batch_row(adapter: VerlAdapter, seed: int, gamma: float) -> RowResult:
     """``reinforce_plus_plus`` on the loss batch as verl gets it: dense rewards with finite garbage at every
     masked position (row 3 has a masked tool token inside its completion), ``AlgoConfig(gamma=gamma)``:
     (advantages, returns) against ``reinforce_pp_advantages`` and its gap variants."""
@@ -590,7 +589,7 @@ def reinforce_pp_loss_batch_row(adapter: Any, seed: int, gamma: float) -> RowRes
                            "verl.compute_reinforce_plus_plus_outcome_advantage", adapter, got, cands, tol, seed=seed)
 
 
-def gdpo_row(adapter: Any, seed: int, K: int, weights: list[float] | None, G: int = 2) -> RowResult:
+def gdpo_row(adapter: VerlAdapter, seed: int, K: int, weights: list[float] | None, G: int = 2) -> RowResult:
     """``gdpo`` with ``algorithm.gdpo_reward_keys`` of K rewards (and ``gdpo_reward_weights``) on the loss
     batch's mask (groups of 2 rows, one empty row): verl normalises each reward per group with its GRPO
     (a one-sample group would have mean 0 and std 1), sums with the weights and whitens over the response
@@ -661,7 +660,7 @@ def otb_batch(seed: int) -> dict[str, np.ndarray]:
     return {**round_batch(batch, DTYPE), "response_mask": m}
 
 
-def otb_row(adapter: Any, seed: int, name: str, weighted: bool) -> RowResult:
+def otb_row(adapter: VerlAdapter, seed: int, name: str, weighted: bool) -> RowResult:
     """``optimal_token_baseline`` / ``tir_optimal_token_baseline`` as ``ray_trainer.compute_advantage`` calls them
     (defaults ``handle_zero_tail=True``, ``epsilon=1e-8``; ``rollout_is_weights`` when the batch has them) on
     ``otb_batch`` in verl's own layout, garbage included; the spec's arrays are that batch behind a one-token
@@ -706,7 +705,7 @@ def otb_row(adapter: Any, seed: int, name: str, weighted: bool) -> RowResult:
                            adapter, got, cands, tol, seed=seed)
 
 
-def gae_whitened_row(adapter: Any, seed: int, n_seeds: int = 8) -> RowResult:
+def gae_whitened_row(adapter: VerlAdapter, seed: int, n_seeds: int = 8) -> RowResult:
     """``compute_gae_advantage_return`` as verl returns it: advantages whitened over the batch
     (``masked_whiten``, unbiased variance, +1e-8) and unwhitened returns:
     ``(whiten(gae(...).advantages), gae(...).returns)``, on the property cases and on the loss batch
@@ -814,7 +813,7 @@ def k1_readings(level: str, threshold: str) -> tuple[dict[str, Any], dict[str, A
             {"statistic": "k1", "level": level, "lo": math.log(lo), "hi": math.log(hi)})
 
 
-def verl_rejection_mask(adapter: Any, old: np.ndarray, rollout: np.ndarray, m: np.ndarray, option: str, threshold: str) -> np.ndarray:
+def verl_rejection_mask(adapter: VerlAdapter, old: np.ndarray, rollout: np.ndarray, m: np.ndarray, option: str, threshold: str) -> np.ndarray:
     """verl's keep mask: ``compute_rollout_correction_and_rejection_mask`` with ``rollout_rs=option`` and
     the threshold string as a user writes it, on float32 inputs (garbage at masked positions included)."""
     f32 = np.float32
@@ -838,7 +837,7 @@ def _rejection_conditioned(b: dict[str, np.ndarray], old: str, rollout: str, kws
     return all(BY_FUNCTION["rollout_rejection_mask"].well_conditioned(args, kw) for kw in kws)
 
 
-def k1_bounds_row(adapter: Any, seed: int, option: str, threshold: str) -> RowResult:
+def k1_bounds_row(adapter: VerlAdapter, seed: int, option: str, threshold: str) -> RowResult:
     """``compute_rollout_rejection_mask`` with a k1 option and a ``"lower_upper"`` threshold against the
     meaning verl documents (keep lower <= pi_old/pi_rollout <= upper, for the token, the product or the
     geometric mean): ``pass`` when verl keeps exactly those, ``fail`` otherwise, saying whether verl's
@@ -905,7 +904,7 @@ def _weighted(piece: Piece, w: np.ndarray) -> Piece:
     return Piece(piece.value * w, lambda u: piece.vjp(u * w))
 
 
-def corrected_loss_row(adapter: Any, seed: int, label: str, rollout_correction: dict[str, Any], batch: dict[str, np.ndarray],
+def corrected_loss_row(adapter: VerlAdapter, seed: int, label: str, rollout_correction: dict[str, Any], batch: dict[str, np.ndarray],
                        old: np.ndarray, cands: list[Candidate], name: str = "vanilla", mode: str = "token-mean",
                        note: str = "") -> RowResult:
     """``policy_loss`` op (``loss_agg_mode=mode``, engine global batch info, ActorConfig defaults) with a
@@ -934,7 +933,7 @@ def _ppo_piece(lp: np.ndarray, old: np.ndarray, b: dict[str, np.ndarray], **kw: 
     return Piece(oracle.ppo_token_loss(lp, old, A, m, **kw), lambda u: oracle.ppo_token_loss_grad(lp, old, A, m, u, **kw))
 
 
-def decoupled_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+def decoupled_loss_rows(adapter: VerlAdapter, seed: int) -> list[RowResult]:
     """verl's decoupled mode (``bypass_mode=False``): the driver's ``compute_rollout_correction_and_add_to_batch``
     on (old, rollout), then ``compute_policy_loss_vanilla`` against ``old`` times ``rollout_is_weights``
     (core_algos.py:1365). Token TIS is ``decoupled_ppo_token_loss(behav_cap=threshold)``; sequence TIS
@@ -986,7 +985,7 @@ def decoupled_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
 BYPASS_K3 = 0.5  # seq_mean_k3 threshold; verl's bypass_ppo_clip_k3_rs default 0.01 (algorithm.py:330) rejects every row of this batch
 
 
-def bypass_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
+def bypass_loss_rows(adapter: VerlAdapter, seed: int) -> list[RowResult]:
     """verl's bypass mode (``bypass_mode=True``, old_log_prob := rollout_log_prob): ``compute_policy_loss_bypass_mode``
     (core_algos.py:2413-2549) computes the IS weights and rejection mask of the *current* log-probs against
     the rollout's (``old_log_prob=log_prob``, :2499, under no_grad) and then
@@ -1039,7 +1038,7 @@ def bypass_loss_rows(adapter: Any, seed: int) -> list[RowResult]:
     return rows
 
 
-def offpolicy_rows(adapter: Any, seed: int) -> list[RowResult]:
+def offpolicy_rows(adapter: VerlAdapter, seed: int) -> list[RowResult]:
     rows = [k1_bounds_row(adapter, seed, option, threshold) for threshold in K1_THRESHOLDS for option in K1_OPTIONS]
     return rows + decoupled_loss_rows(adapter, seed) + bypass_loss_rows(adapter, seed)
 
@@ -1049,7 +1048,7 @@ def offpolicy_rows(adapter: Any, seed: int) -> list[RowResult]:
 # ---------------------------------------------------------------------------------------------
 
 
-def extra_rows(adapter: Any, seed: int = 0) -> list[RowResult]:
+def extra_rows(adapter: VerlAdapter, seed: int = 0) -> list[RowResult]:
     """Every verl-specific row."""
     return (agg_rows(adapter, seed) + loss_rows(adapter, seed) + modern_loss_rows(adapter, seed) + kl_rows(adapter, seed)
             + advantage_rows(adapter, seed) + offpolicy_rows(adapter, seed))
