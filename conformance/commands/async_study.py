@@ -65,6 +65,7 @@ QUICK = dict(prompts_per_step=4, group_size=4, hidden_size=32, num_layers=1, num
 
 def run(args: argparse.Namespace) -> int:
     from refimpl.trainer.actors import MissingRay
+    from refimpl.trainer.task import MissingTransformers
     from refimpl.trainer.metrics import MissingPlotDependency, require_matplotlib
 
     if args.steps < 1:
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         study = study_mod.run_study(staleness=args.staleness, corrections=args.corrections, seeds=args.seeds,
                                     steps=steps, actor_dtype=args.actor_dtype, base=QUICK if args.quick else None,
                                     behav_cap=args.behav_cap, sync=not args.no_sync, progress=progress)
-    except MissingRay as exc:
+    except (MissingRay, MissingTransformers) as exc:
         print(f"rlspec async-study: {exc}", file=sys.stderr)
         return 2
     print(study_mod.render_table(study))

@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
     if args.trainer == "trl":
         try:
             from conformance.frameworks.trl.e2e import run_trl_steps
-        except ImportError as exc:  # pragma: no cover - TRL is a dependency
-            print(f"rlspec e2e: trl: not installed ({exc})", file=sys.stderr)
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            print(f"rlspec e2e: trl: not installed ({exc}): pip install 'rlspec[trl]'", file=sys.stderr)
             return 2
         config = dict(loss_type=args.loss_type, beta=args.beta, num_iterations=args.num_iterations,
                       temperature=args.temperature, scale_rewards=args.scale_rewards,
@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
 
         from conformance.trainer_verify import TrainerVerifier, VerificationError
         from refimpl.trainer import TrainConfig, Trainer
+        from refimpl.trainer.task import MissingTransformers
 
         verifier = TrainerVerifier(raise_on_fail=False)
         cfg = TrainConfig(steps=args.steps, seed=args.seed, algo=args.algo, loss=args.loss, prompts_per_step=8,
@@ -89,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
             Trainer(cfg, on_step=verifier).train()
         except VerificationError as exc:  # pragma: no cover - raise_on_fail=False
             print(exc, file=sys.stderr)
+        except MissingTransformers as exc:
+            print(f"rlspec e2e: {exc}", file=sys.stderr)
+            return 2
         rows = verifier.rows(per_step=True, prefix="refimpl.train")
         adapter = AdapterInfo("refimpl", f"torch {torch.__version__}", "v1")
         header = f"rlspec refimpl trainer, {args.steps} steps: algo={args.algo}, loss={args.loss}, {verifier.updates} updates"

@@ -144,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     from conformance.trainer_verify import TrainerVerifier, VerificationError
     from refimpl.trainer import TrainConfig
     from refimpl.trainer.actors import MissingRay
+    from refimpl.trainer.task import MissingTransformers
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -184,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     except VerificationError as exc:
         print(f"rlspec train: FAIL\n{exc}", file=sys.stderr)
         return 1
-    except (ValueError, FileNotFoundError, MissingRay) as exc:
+    except (ValueError, FileNotFoundError, MissingRay, MissingTransformers) as exc:
         print(f"rlspec train: {exc}", file=sys.stderr)
         return 2
     finally:

@@ -56,7 +56,6 @@ class SubprocessAdapter(ABC):
             hint = "" if "rlspec frameworks install" in str(exc) else f" (run `rlspec frameworks install {self.name}`)"
             raise AdapterLoadError(f"adapter '{self.name}': cannot import '{self.name}': {exc}{hint}") from exc
         self.version = self._worker.version
-        self.framework_available = True
         self.environment = self._worker.origin
 
     def call(self, op: str, arrays: dict[str, Any], params: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:

@@ -21,7 +21,6 @@ def _module_adapter(module: types.ModuleType, name: str, array_api: str, dtypes:
         array_api=array_api,
         dtypes=dtypes,
         supports_grad=True,
-        framework_available=True,
         accepts_variants=True,  # every spec keyword: the preset checks run too
         **functions,
     )

@@ -28,8 +28,20 @@ VOCAB: dict[str, int] = {PAD: PAD_ID, EOS: EOS_ID, UNK: UNK_ID, SEP: SEP_ID, **{
 VOCAB_SIZE = len(VOCAB)
 
 
+class MissingTransformers(RuntimeError):
+    """The trainer's model and tokenizer come from transformers (the ``train`` extra)."""
+
+
+def require_transformers() -> None:
+    try:
+        import transformers  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise MissingTransformers("training needs transformers: pip install 'rlspec[train]'") from exc
+
+
 def build_tokenizer():
     """A ``PreTrainedTokenizerFast`` over :data:`VOCAB` (WordLevel, whitespace-split), built in memory."""
+    require_transformers()
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -42,6 +54,7 @@ def build_tokenizer():
 def build_model(*, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, intermediate_size: int = 128,
                 init_std: float = 0.02, max_positions: int = 64, seed: int = 0):
     """A ``LlamaForCausalLM`` with random weights drawn from ``seed`` (the global RNG is left untouched)."""
+    require_transformers()
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -129,4 +142,4 @@ class DigitTask:
         return self.score_tokens(digits, ids)[0]
 
 
-__all__ = ["DigitTask", "build_model", "build_tokenizer", "VOCAB", "VOCAB_SIZE", "PAD_ID", "EOS_ID", "SEP_ID", "DIGIT0_ID"]
+__all__ = ["DigitTask", "MissingTransformers", "require_transformers", "build_model", "build_tokenizer", "VOCAB", "VOCAB_SIZE", "PAD_ID", "EOS_ID", "SEP_ID", "DIGIT0_ID"]

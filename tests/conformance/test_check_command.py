@@ -145,3 +145,50 @@ def test_pytest_plugin_runs_the_suite_against_an_adapter(tmp_path):
     assert "1 failed, 1 passed" in bad.stdout
     missing = run()
     assert missing.returncode != 0 and "no adapter given" in (missing.stdout + missing.stderr)
+
+
+def _plugin_and_check_rows(tmp_path: Path, adapter: str, only: tuple[str, ...]) -> tuple[dict, dict]:
+    """The JSON rows (id -> (status, matched preset, precision findings)) that the pytest plugin and
+    `rlspec check` give for the same adapter, quantities and seeds."""
+    selection = [a for glob in only for a in ("--only", glob)]
+    plugin_json, check_json = tmp_path / "plugin.json", tmp_path / "check.json"
+    plugin = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyargs", "conformance", "-q", "-p", "no:cacheprovider",
+         "--rlspec-adapter", adapter, "--rlspec-n-seeds", "3", "--rlspec-json", str(plugin_json),
+         *[a for glob in only for a in ("--rlspec-only", glob)]],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert plugin_json.exists(), plugin.stdout + plugin.stderr
+    check = subprocess.run([sys.executable, "-m", "conformance.cli", "check", "--adapter", adapter, "--n-seeds", "3",
+                            "--no-progress", "--json", str(check_json), *selection],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert check.returncode in (0, 1), check.stdout + check.stderr
+    assert (plugin.returncode == 0) == (check.returncode == 0), (plugin.stdout, check.stdout)
+
+    def rows(path: Path) -> dict:
+        return {r["id"]: (r["status"], r["matched_preset"], len(r["precision_findings"]))
+                for r in json.loads(path.read_text())["checks"]}
+
+    return rows(plugin_json), rows(check_json)
+
+
+def test_the_pytest_plugin_and_rlspec_check_give_the_same_rows(tmp_path):
+    """refimpl: every row kind of the selection (property and golden rows, the invariants, the
+    agg.partition rows) the same in both, row by row."""
+    plugin, check = _plugin_and_check_rows(tmp_path, "refimpl", ("adv.grpo", "loss.ppo", "agg.*"))
+    assert any(i.startswith("agg.partition[") for i in check) and len(check) > 5
+    assert plugin == check
+
+
+@pytest.mark.frameworks
+def test_the_pytest_plugin_and_rlspec_check_agree_on_a_subprocess_framework(tmp_path):
+    """tinker-cookbook, in its own environment behind the JSON-lines worker: its core row, its partial
+    and precision findings and its own rows (`extra_rows`, FAILs included) the same in both."""
+    from conformance.frameworks import subprocess_worker
+
+    if subprocess_worker.python_for("tinker_cookbook")[0] is None:
+        pytest.skip("tinker_cookbook is not installed: run `rlspec frameworks install tinker_cookbook`")
+    plugin, check = _plugin_and_check_rows(tmp_path, "tinker_cookbook", ("adv.*",))
+    assert any(i.startswith("tinker_cookbook.") for i in check)
+    assert any(status == "fail" for status, _, _ in check.values())
+    assert plugin == check
+

@@ -314,7 +314,6 @@ EXTRA = {  # row id -> (status, matched preset)
 def test_adapter_attributes(adapter):
     assert adapter.name == "verl" and adapter.version == "0.9.1"
     assert adapter.spec_version == "v1" and adapter.array_api == "numpy"
-    assert adapter.framework_available is True
 
 
 test_core_row = pinned_rows.core_row_test(CORE)

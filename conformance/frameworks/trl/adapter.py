@@ -293,7 +293,6 @@ class TRLAdapter:
         self._trl = trl
         self._utils = trl_utils
         self.version = trl.__version__
-        self.framework_available = True
         self._world: _TinyWorld | None = None
         self._lock = threading.RLock()
 
