@@ -12,7 +12,7 @@ selected) and one for its own framework rows (when it has `extra_rows`). A test 
 report of its rows, when one of them has a finding of a kind in `--rlspec-fail-on` (default as
 `rlspec check --fail-on`: fail, error, precision); a test whose rows are all "not implemented" is skipped;
 any other test passes and prints its presets, precision and not-implemented notes. `--rlspec-json PATH`
-writes the session's report (schema report-v2), as `rlspec check --json` does.
+writes the session's report (schema report-v3), as `rlspec check --json` does.
 """
 
 from __future__ import annotations
@@ -67,12 +67,20 @@ class Session:
     report: Any = None
     units: list[Unit] = field(default_factory=list)
 
-    def rows(self, unit: Unit) -> list[Any]:
+    def run(self) -> Any:
+        """The session's report (run on first use)."""
         if self.report is None:
             from conformance.runner.run import run
 
             self.report = run(self.names, self.records, self.options)
-        rows = [r for r in self.report.rows if r.adapter == unit.adapter]
+        return self.report
+
+    def idle(self, unit: Unit) -> bool:
+        """Whether nothing at all was checked for the unit's adapter (as `rlspec check`'s exit 2)."""
+        return any(a.name == unit.adapter for a in self.run().idle_adapters())
+
+    def rows(self, unit: Unit) -> list[Any]:
+        rows = [r for r in self.run().rows if r.adapter == unit.adapter]
         core = [r for r in rows if r.id == f"{r.function}@{r.adapter}"]
         if unit.part == "core":
             return [r for r in core if r.function == unit.function]
@@ -129,10 +137,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def rlspec_rows(rlspec_unit: Unit, request: pytest.FixtureRequest) -> tuple[list[Any], tuple[str, ...]]:
-    """The rows of this test's unit and the finding kinds that fail it."""
+def rlspec_rows(rlspec_unit: Unit, request: pytest.FixtureRequest) -> tuple[list[Any], tuple[str, ...], bool]:
+    """The rows of this test's unit, the finding kinds that fail it, and whether nothing at all was
+    checked for its adapter (then every test of the adapter fails: a run that checks nothing is broken)."""
     session = _session(request.config)
-    return session.rows(rlspec_unit), session.options.fail_on
+    return session.rows(rlspec_unit), session.options.fail_on, session.idle(rlspec_unit)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

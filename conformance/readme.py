@@ -161,11 +161,16 @@ def _framework_cell(row: dict) -> str:
     else:
         text = {"pass": "pass", "fail": "**FAIL**", "error": "error", "not_implemented": "not implemented"}[status]
     marks = []
+    raised = [m for m in row.get("failures") or [] if m["kind"] == "error"]
+    if raised and status != "error":
+        marks.append("ERROR on " + ", ".join(f"{m['n']} case(s)" for m in raised))
     if row.get("precision_findings"):
         marks.append("precision: " + ", ".join(f"{f['dtype']} meets {f['meets'].replace('_', ' ')}"
                                                 for f in row["precision_findings"]))
     if row.get("not_implemented_cases"):
         marks.append("partial")
+    if row.get("thin"):
+        marks.append("thin")
     return text + (f" ({'; '.join(marks)})" if marks else "")
 
 
@@ -188,16 +193,17 @@ def frameworks_summary() -> str:
 
     statuses = ("pass", "preset", "variant", "fail", "error", "not_implemented")
     lines = ["| framework | version | rows | " + " | ".join(s.replace("_", " ") for s in statuses)
-             + " | precision findings |", "|---|---|---|" + "---|" * (len(statuses) + 1)]
+             + " | precision findings | ERROR beside the verdict |", "|---|---|---|" + "---|" * (len(statuses) + 2)]
     for c in _framework_columns():
         if c.status != "ok":
-            lines.append(f"| {c.name} | not installed (`rlspec frameworks install {c.name}`) |" + " |" * (len(statuses) + 2))
+            lines.append(f"| {c.name} | not installed (`rlspec frameworks install {c.name}`) |" + " |" * (len(statuses) + 3))
             continue
         counts = status_counts(c.rows)
         findings = sum(len(r.get("precision_findings") or []) for r in c.rows)
+        beside = sum(r["status"] != "error" and any(m["kind"] == "error" for m in r.get("failures") or []) for r in c.rows)
         cells = [f"**{counts[s]}**" if s in ("fail", "error") and counts[s] else str(counts[s]) for s in statuses]
         lines.append(f"| [{c.name}](conformance/reports/{c.name}.md) | {c.version} | {len(c.rows)} | " + " | ".join(cells)
-                     + f" | {findings} |")
+                     + f" | {findings} | {f'**{beside}**' if beside else 0} |")
     return "\n".join(lines)
 
 

@@ -78,4 +78,9 @@ def run(args: argparse.Namespace) -> int:
         raise BrokenRun("; ".join(f"adapter {a.ref!r} could not be loaded: {a.message}" for a in unloaded))
     if not any(a.status == "ok" for a in report.adapters):
         raise BrokenRun("no adapter could be loaded: nothing was checked")
+    idle = report.idle_adapters()
+    if args.adapter and idle:  # asked for by name and nothing of it ran: a broken run, never "no findings"
+        raise BrokenRun("; ".join(f"adapter {a.ref or a.name!r} implements none of the selected spec functions "
+                                  "(each is absent or raises NotImplementedError on every case): nothing was "
+                                  "checked; see `rlspec list` for the function names" for a in idle))
     return 0 if report.ok else 1

@@ -11,6 +11,8 @@ import argparse
 import sys
 import time
 
+from conformance.runner.report import REPORT_SCHEMA_VERSION
+
 
 def _bool(text: str) -> bool:
     if text.lower() in ("1", "true", "yes"):
@@ -48,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ref = parser.add_argument_group("--trainer refimpl")
     ref.add_argument("--algo", choices=("grpo", "rloo", "reinforce", "ppo"), default="grpo", help="[grpo]")
     ref.add_argument("--loss", choices=("ppo", "gspo", "cispo"), default="ppo", help="[ppo]")
-    parser.add_argument("--json", metavar="PATH", help="write the report as JSON (schema report-v2)")
+    parser.add_argument("--json", metavar="PATH", help=f"write the report as JSON (schema {REPORT_SCHEMA_VERSION})")
     parser.add_argument("--junit", metavar="PATH", help="write the report as JUnit XML")
     parser.add_argument("--markdown", metavar="PATH", help="write the report as Markdown")
     parser.set_defaults(func=run)

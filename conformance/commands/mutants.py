@@ -4,7 +4,8 @@ and diagnosed, with no false positive on the refimpl.
 For each mutant (`conformance.mutants`), only the rows of the functions it replaces are run (the
 other functions are the refimpl's own, checked once in the refimpl run). A mutant is
 
-- **caught** when one of those rows is not a pass (FAIL, ERROR, or a preset/variant match);
+- **caught** when one of those rows is not a pass (FAIL, ERROR, or a preset/variant match) or has
+  cases that raised beside its verdict (`pass (ERROR)`);
 - **diagnosed** when its own bug class is among the row's `consistent_with` (its outputs were
   reproduced by the mutant and its failure pattern fits, `conformance.runner.diagnosis`); the number of
   *other* classes listed is printed as the ambiguity;
@@ -138,7 +139,7 @@ def evaluate(mutant: Any, *, seed: int, n_seeds: int, timeout: float) -> MutantR
     report = run_checks([mutant.adapter()], select_records(list(mutant.functions)),
                         RunOptions(seed=seed, n_seeds=n_seeds, timeout=timeout))
     own = mutant.label()
-    caught_rows = [r for r in report.rows if r.status != "pass"]
+    caught_rows = [r for r in report.rows if r.status != "pass" or any(m["kind"] == "error" for m in r.failures)]
     observed = sorted([r.function, k] for r in report.rows for k, v in r.checks.items() if v in ("fail", "error"))
     first = None
     for r in caught_rows:
@@ -173,7 +174,7 @@ def refimpl_false_positives(*, seed: int, n_seeds: int, timeout: float) -> list[
         {"function": r.function, "status": r.status,
          "checks": [k for k, v in r.checks.items() if v in ("fail", "error")],
          "message": _first_finding(r.message)}
-        for r in report.rows if r.status != "pass"
+        for r in report.rows if r.status != "pass" or r.failures
     ]
 
 

@@ -68,7 +68,9 @@ TEST = Template('''\
 """rlspec conformance of ${name}, written by `rlspec new-adapter`.
 
 `rlspec check` loads the adapter beside this file and finds no FAIL and no error. Functions still
-raising NotImplementedError are "not implemented", which does not fail the check.
+raising NotImplementedError are "not implemented", which does not fail the check once at least one
+function is implemented: a skeleton with none checks nothing, a broken run (exit 2), so this test
+fails until the first function is written.
 """
 
 import json
@@ -150,14 +152,17 @@ def _attributes(name: str, array_api: str) -> list[tuple[str, str]]:
         ("Required. The spec these functions follow.", f"spec_version = {SPEC_VERSION!r}"),
         ("Required. 'torch': called with torch tensors, gradients by autograd; 'numpy': called with NumPy "
          "arrays, gradients through <function>_grad.", f"array_api = {array_api!r}"),
-        ("Input dtypes to check (drop those the framework does not run in).",
+        ("Input dtypes to check (drop those the framework does not run in); or per function, e.g. "
+         "{'gae': ('float64',), '*': ('float64', 'float32')}.",
          f"dtypes = {DEFAULT_DTYPES[array_api]!r}"),
-        ("False: values only (no gradient comparison, no invariant:detached check).", "supports_grad = True"),
+        ("False: values only (no gradient comparison, no invariant:detached check); or per function, e.g. "
+         "{'ppo_clipped_mask': False} for a metric computed without gradient.", "supports_grad = True"),
         ("True: every spec keyword is accepted, so each preset's keywords are also checked (preset:<name>).",
          "accepts_variants = False"),
-        ("function -> {keyword: values} not supported, e.g. {'grpo_advantages': {'scale': ('batch',)}}: those "
+        ("function -> {keyword: values not supported, or a predicate value -> True when not supported}, e.g. "
+         "{'grpo_advantages': {'scale': ('batch',)}, 'policy_loss': {'kl_coef': lambda c: c != 0}}: those "
          "cases are not called and are reported \"not implemented (scale='batch')\"; the rest of the row is "
-         "checked.", "unsupported_kwargs: dict[str, dict[str, tuple]] = {}"),
+         "checked.", "unsupported_kwargs: dict[str, dict] = {}"),
         ("function -> a short reason printed with its precision findings, e.g. {'token_logprobs': 'softmax in "
          "bfloat16'}.", "precision_notes: dict[str, str] = {}"),
         ("Replace by a method micro_batched_loss(self, token_loss_chunks, mask_chunks, *, mode, "

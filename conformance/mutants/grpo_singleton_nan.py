@@ -6,6 +6,7 @@ axolotl#3353 (the same in GDPO); trl#5773 / #5775 (nanstd of one element). The s
 A = 0 (finite).
 """
 
+import warnings
 
 import refimpl
 from conformance.mutants.base import Mutant, upcast
@@ -19,7 +20,9 @@ def grpo_advantages(rewards, group_size, *, scale="group", std_ddof=1, eps=1e-6,
     centered = (groups - groups.mean(dim=1, keepdim=True)).view(-1)
     if scale == "none":
         return centered.to(out_dtype)
-    std = groups.std(dim=1, correction=std_ddof).view(-1) if scale == "group" else r.std(correction=std_ddof)
+    with warnings.catch_warnings():  # torch warns of the zero degrees of freedom: the bug, known and wanted here
+        warnings.simplefilter("ignore", UserWarning)
+        std = groups.std(dim=1, correction=std_ddof).view(-1) if scale == "group" else r.std(correction=std_ddof)
     return (centered / (std + eps)).to(out_dtype)  # std of one element: NaN
 
 

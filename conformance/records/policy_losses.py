@@ -657,8 +657,8 @@ def _dppo_conditioned(args: dict[str, Any], kw: dict[str, Any]) -> bool:
         else:
             kl = q * (np.log(q) - np.log(p)) + (1 - q) * (np.log1p(-q) - np.log1p(-p))
             ok = far(kl, [lo, hi]) and far(d, [0.0])
-    cap = kw.get("ratio_cap")
-    return ok and (cap is None or far(np.exp(d), [cap]))
+        cap = kw.get("ratio_cap")
+        return ok and (cap is None or far(np.exp(d), [cap]))
 
 
 def _dppo(p, p_old, adv, m, **kw):

@@ -67,12 +67,16 @@ class Outcome:
     oracle_kwargs: dict[str, Any] | None = None  # the oracle's keywords when they differ from `kwargs`
     precision: str | None = None  # finest class met (PRECISIONS or BELOW); None: nothing compared
     contract: bool = False  # failed by breaking the calling contract (in-place edit, dtype, arity)
+    no_graph: bool = False  # a torch output with no autograd graph at all: its gradient is 0 everywhere
     absent: str = ""  # for "not_implemented": the keyword values not offered, and the adapter's reason
     # For re-judging the same call against other oracle keywords (`rejudge`): the adapter's values,
     # its gradients (None: none given) and the upstream the gradients were taken with.
     values: tuple[np.ndarray, ...] = ()
     grads: tuple[np.ndarray, ...] | None = None
     upstream: Any = None
+    # the oracle's outputs and gradients the last judgement compared with (the report shows small ones)
+    expected: tuple[np.ndarray, ...] = ()
+    expected_grads: tuple[np.ndarray, ...] = ()
 
     @property
     def tol_class(self) -> str:
@@ -118,8 +122,38 @@ class Outcome:
         lines += [m.describe() for m in self.mismatches]
         if self.message:
             lines.append(self.message)
+        lines += self.small_values()
         lines.append(f"Reproduce: {self.repro()}")
         return "\n".join(lines)
+
+    def small_values(self) -> list[str]:
+        """The inputs (as the adapter saw them, rounded to the dtype), expected and actual outputs and
+        gradients, when every one of them has at most SMALL elements: a failing case a reader can check by hand."""
+        if not self.mismatches:
+            return []
+        inputs = cases.rounded_args(self.case, self.dtype)
+        names = ("advantages", "returns") if self.record.output == "pair" else ("value",)
+        shown = [(f"input {k}", v) for k, v in inputs.items() if isinstance(v, np.ndarray)]
+        shown += [(f"expected {n}", e) for n, e in zip(names, self.expected)]
+        shown += [(f"actual {n}", a) for n, a in zip(names, self.values)]
+        if self.grads is not None and self.expected_grads:
+            shown += [(f"expected grad[{n}]", e) for n, e in zip(self.record.grad_args, self.expected_grads)]
+            shown += [(f"actual grad[{n}]", a) for n, a in zip(self.record.grad_args, self.grads)]
+        if not shown or any(np.asarray(v).size > SMALL for _, v in shown):
+            return []
+        return [f"{label}: {_array_text(v)}" for label, v in shown]
+
+
+SMALL = 24  # elements: the largest array `Outcome.small_values` prints
+
+
+def _array_text(value: Any) -> str:
+    a = np.asarray(value)
+    if a.dtype == bool:
+        a = a.astype(int)
+    text = np.array2string(a if a.dtype.kind in "iu" else a.astype(np.float64), precision=6, separator=", ",
+                           max_line_width=10**6, floatmode="maxprec", suppress_small=False)
+    return " ".join(text.split())  # one line: rows of a matrix as nested brackets
 
 
 def _shell_word(word: str) -> str:
@@ -270,7 +304,8 @@ def rejudge(outcome: Outcome, oracle_kwargs: dict[str, Any] | None = None, judge
     record, okw = outcome.record, dict(outcome.kwargs if oracle_kwargs is None else oracle_kwargs)
     new = Outcome("pass", record, outcome.adapter, outcome.dtype, outcome.case, outcome.kwargs, kind=outcome.kind,
                   ref=outcome.ref, judged_at=judged_at, oracle_kwargs=None if okw == outcome.kwargs else okw,
-                  observed=outcome.observed, values=outcome.values, grads=outcome.grads, upstream=outcome.upstream)
+                  observed=outcome.observed, values=outcome.values, grads=outcome.grads, upstream=outcome.upstream,
+                  no_graph=outcome.no_graph)
     rounded = cases.rounded_args(outcome.case, outcome.dtype)
     if not record.conditioned(rounded, okw):
         new.status = "ill_conditioned"
@@ -290,7 +325,7 @@ def adapter_function(outcome: Outcome, adapter: LoadedAdapter) -> Any:
         outcome.status = "not_implemented"
         outcome.message = f"{record.function} is not implemented by adapter {outcome.adapter!r}"
         return None
-    if outcome.dtype not in adapter.dtypes:
+    if outcome.dtype not in adapter.dtypes_for(record.function):
         outcome.status = "unsupported"
         return None
     offending = adapter.unsupported(record.function, outcome.kwargs)
@@ -329,7 +364,7 @@ def check_adapter(
     `NotImplementedError` from the adapter marks this case "not implemented" (the keyword values it
     asked for are named), not an error."""
     record, dtype, kw = outcome.record, outcome.dtype, outcome.kwargs
-    wants_grad = bool(record.grad_args) and adapter.supports_grad
+    wants_grad = bool(record.grad_args) and adapter.grad_for(record.function)
     try:
         if adapter.array_api == "torch":
             raw, grad_inputs = call_torch(fn, rounded, kw, dtype, record.grad_args if wants_grad else ())
@@ -353,6 +388,7 @@ def check_adapter(
         return _broken(outcome, problem)
     if wants_grad:
         outcome.upstream = upstream
+        outcome.no_graph = isinstance(raw, torch.Tensor) and not raw.requires_grad
         try:
             actual_grads = adapter_grads(adapter, fn, raw, grad_inputs, rounded, kw, upstream, dtype, record)
         except AdapterMisbehaved as exc:
@@ -378,9 +414,11 @@ def judge(outcome: Outcome, expected: tuple[Any, ...], expected_grads: Callable[
     record = outcome.record
     names = ("advantages", "returns") if record.output == "pair" else ("value",)
     pairs = [("value", name, a, e) for name, a, e in zip(names, outcome.values, expected)]
+    outcome.expected = tuple(np.asarray(e, dtype=np.float64) for e in expected)
     if outcome.grads is not None and expected_grads is not None:
         outcome.grad_checked = True
-        pairs += [("grad", f"grad[{name}]", a, e) for name, a, e in zip(record.grad_args, outcome.grads, expected_grads())]
+        outcome.expected_grads = tuple(np.asarray(g, dtype=np.float64) for g in expected_grads())
+        pairs += [("grad", f"grad[{name}]", a, e) for name, a, e in zip(record.grad_args, outcome.grads, outcome.expected_grads)]
     outcome.mismatches = []
     outcome.max_abs, outcome.max_rel = 0.0, float("nan")
     for what, name, a, e in pairs:
@@ -396,7 +434,15 @@ def judge(outcome: Outcome, expected: tuple[Any, ...], expected_grads: Callable[
     outcome.status = "fail" if outcome.mismatches else "pass"
     if outcome.status == "pass":
         outcome.message = ""
+    elif outcome.no_graph and any(m.what.startswith("grad[") for m in outcome.mismatches):
+        outcome.message = NO_GRAPH_HINT.format(function=record.function)
     return outcome
+
+
+NO_GRAPH_HINT = ("no gradient offered: the output has no autograd graph (computed under torch.no_grad, or from "
+                 "detached inputs), so every gradient reaching the inputs is 0. A bug if the framework trains "
+                 "through {function}; if it is a metric computed without gradient by design, declare "
+                 "supports_grad = {{'{function}': False}} on the adapter (its values are still checked)")
 
 
 def tolerance_dtype(klass: str) -> str:

@@ -67,7 +67,7 @@ def observe(
     """Call `fn` on `rounded` inputs: (outputs, gradients w.r.t. the record's grad args for a seeded
     upstream of the output's shape, or None when the adapter gives no gradient). Raises what the
     adapter raises."""
-    wants_grad = bool(record.grad_args) and adapter.supports_grad
+    wants_grad = bool(record.grad_args) and adapter.grad_for(record.function)
     if adapter.array_api == "torch":
         raw, grad_inputs = call_torch(fn, rounded, kwargs, dtype, record.grad_args if wants_grad else ())
     else:
@@ -295,7 +295,7 @@ def run_detached(record: Quantity, adapter: LoadedAdapter, case: cases.Case, dty
     outcome, fn = _start(record, adapter, case, dtype, kwargs, "invariant:detached", tol_class)
     if fn is None:
         return outcome
-    if adapter.array_api != "torch" or not adapter.supports_grad:
+    if adapter.array_api != "torch" or not adapter.grad_for(record.function):
         outcome.status = "unsupported"
         return outcome
     rounded = cases.rounded_args(case, dtype)

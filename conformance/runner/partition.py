@@ -155,7 +155,7 @@ def _observe(adapter: LoadedAdapter, step: dict[str, Any], mode: str, dtype: str
             raise ValueError(f"micro_batched_loss returned {len(losses)} losses for {len(slices)} micro-batches")
         total = sum(losses) / dp
         value = float(total.detach().double())
-        if not adapter.supports_grad or not total.requires_grad:
+        if not adapter.grad_for("micro_batched_loss") or not total.requires_grad:
             return value, None, x
         grads = torch.autograd.grad(total, leaves, allow_unused=True)
         grad = np.concatenate([np.zeros(m[s].shape) if g is None else g.detach().double().numpy() for s, g in zip(slices, grads)])
@@ -189,7 +189,7 @@ def partition_row(adapter: Adapter, mode: str, *, seed: int = 0, n_seeds: int = 
                        "norm_length=None, dp_world_size=1) (the opt-in of conformance/runner/partition.py)")
         row.seconds = time.perf_counter() - t0
         return row
-    dtypes = [d for d in ("float64", "float32") if d in adapter.dtypes]
+    dtypes = [d for d in ("float64", "float32") if d in adapter.dtypes_for("micro_batched_loss")]
     failures: list[str] = []
     explained: dict[str, int] = {}
     not_canonical = 0

@@ -24,10 +24,11 @@ REQUIRED = ("name", "version", "spec_version", "array_api")
 # The optional attributes the runner reads, with their defaults and effects (api.md lists the same table,
 # with the function attributes `<function>` and `<function>_grad`).
 OPTIONAL: dict[str, str] = {
-    "dtypes": "the input dtypes checked (default by array_api: DEFAULT_DTYPES)",
-    "supports_grad": "False: values only, no gradient comparison and no invariant:detached (default True)",
+    "dtypes": "the input dtypes checked, for every function or per function (default by array_api: DEFAULT_DTYPES)",
+    "supports_grad": "False: values only, no gradient comparison and no invariant:detached; for every function "
+                     "or per function (default True)",
     "accepts_variants": "True: every spec keyword is accepted, so each preset's keywords are checked too (default False)",
-    "unsupported_kwargs": "function -> {keyword: values} the adapter does not offer (default {})",
+    "unsupported_kwargs": "function -> {keyword: values, or a predicate value -> bool} the adapter does not offer (default {})",
     "precision_notes": "function -> a reason printed with that function's precision findings (default {})",
     "micro_batched_loss": "the agg.partition rows' contract (default absent)",
     "micro_batched_loss_grad": "NumPy adapters: the gradient of micro_batched_loss (default absent)",
@@ -63,8 +64,11 @@ class LoadedAdapter:
     array_api: str
     dtypes: tuple[str, ...]
     supports_grad: bool = True
+    # per-function overrides of `dtypes` / `supports_grad` (the attribute given as a mapping)
+    function_dtypes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    function_grad: Mapping[str, bool] = field(default_factory=dict)
     accepts_variants: bool = False
-    unsupported_kwargs: Mapping[str, Mapping[str, tuple[Any, ...]]] = field(default_factory=dict)
+    unsupported_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     precision_notes: Mapping[str, str] = field(default_factory=dict)
     micro_batched_loss: Callable[..., Any] | None = None
     micro_batched_loss_grad: Callable[..., Any] | None = None
@@ -87,14 +91,19 @@ class LoadedAdapter:
             value = getattr(adapter, attribute, None)
             return default if value is None else value
 
+        dtypes, function_dtypes = _per_function(adapter.name, "dtypes", optional("dtypes", DEFAULT_DTYPES[api]),
+                                                DEFAULT_DTYPES[api], _dtype_tuple)
+        grad, function_grad = _per_function(adapter.name, "supports_grad", optional("supports_grad", True), True, bool)
         return cls(
             raw=adapter,
             name=str(adapter.name),
             version=str(adapter.version),
             spec_version=str(adapter.spec_version),
             array_api=api,
-            dtypes=tuple(optional("dtypes", DEFAULT_DTYPES[api])),
-            supports_grad=bool(optional("supports_grad", True)),
+            dtypes=dtypes,
+            supports_grad=grad,
+            function_dtypes=function_dtypes,
+            function_grad=function_grad,
             accepts_variants=bool(optional("accepts_variants", False)),
             unsupported_kwargs=dict(optional("unsupported_kwargs", {})),
             precision_notes=dict(optional("precision_notes", {})),
@@ -102,6 +111,14 @@ class LoadedAdapter:
             micro_batched_loss_grad=optional("micro_batched_loss_grad", None),
             extra_rows=optional("extra_rows", None),
         )
+
+    def dtypes_for(self, function: str) -> tuple[str, ...]:
+        """The input dtypes checked for `function` (its own entry of a per-function `dtypes`, else the default)."""
+        return self.function_dtypes.get(function, self.dtypes)
+
+    def grad_for(self, function: str) -> bool:
+        """Whether `function`'s gradients are compared (its own entry of a per-function `supports_grad`)."""
+        return self.function_grad.get(function, self.supports_grad)
 
     def function(self, name: str) -> Callable[..., Any] | None:
         """The adapter's spec function `name`, or None when it has none."""
@@ -113,9 +130,35 @@ class LoadedAdapter:
         return self.function(f"{name}_grad")
 
     def unsupported(self, function: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """The keyword values of `kwargs` that the adapter declares it does not offer for `function`."""
+        """The keyword values of `kwargs` that the adapter declares it does not offer for `function`: a
+        declared entry is the values refused (a tuple, list or set) or a predicate (value -> True when
+        refused), e.g. `{"kl_coef": lambda c: c != 0}`, `{"eps_high": lambda e: e > 0.2}`."""
         declared = self.unsupported_kwargs.get(function, {})
-        return {k: v for k, v in kwargs.items() if k in declared and v in tuple(declared[k])}
+        return {k: v for k, v in kwargs.items() if k in declared and _refuses(declared[k], v)}
+
+
+def _refuses(declared: Any, value: Any) -> bool:
+    if callable(declared):
+        return bool(declared(value))
+    return value in tuple(declared)
+
+
+def _dtype_tuple(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not all(isinstance(d, str) for d in value):
+        raise TypeError(f"expected a sequence of dtype names, got {value!r}")
+    return tuple(value)
+
+
+def _per_function(name: str, attribute: str, value: Any, default: Any, convert: Callable[[Any], Any]) -> tuple[Any, dict[str, Any]]:
+    """`value` as (the default for every function, per-function overrides): a plain value applies to every
+    function; a mapping {function: value} sets the functions it names, its key "*" (optional) the rest."""
+    try:
+        if not isinstance(value, Mapping):
+            return convert(value), {}
+        rest = convert(value["*"]) if "*" in value else default
+        return rest, {str(k): convert(v) for k, v in value.items() if k != "*"}
+    except (TypeError, KeyError) as exc:
+        raise AdapterError(f"adapter {name!r}: {attribute} must be a value or a mapping function -> value ({exc})") from None
 
 
 __all__ = ["DEFAULT_DTYPES", "REQUIRED", "OPTIONAL", "AdapterError", "Adapter", "LoadedAdapter"]

@@ -1,4 +1,4 @@
-"""Reports of a conformance run: the terminal table, JSON (schema `report-v2`), JUnit XML and
+"""Reports of a conformance run: the terminal table, JSON (schema `report-v3`), JUnit XML and
 Markdown. The JSON schema lives in `conformance/runner/report_schema.json`."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from conformance import SPEC_VERSION, SUITE_VERSION
-from conformance.runner.rows import STATUSES, RowResult
+from conformance.runner.rows import CASE_FAMILIES, MIN_COMPARED, STATUSES, RowResult
 
-REPORT_SCHEMA_VERSION = "report-v2"
+REPORT_SCHEMA_VERSION = "report-v3"
 SCHEMA_PATH = Path(__file__).with_name("report_schema.json")
 
 
@@ -25,6 +25,8 @@ FINDING_DESCRIPTIONS = {
                  "(listed apart, with the class met, the worst case and its reproduce line)",
     "partial": "some keyword values are not implemented (NotImplementedError or `unsupported_kwargs`); "
                "the rest of the row was checked",
+    "thin": f"a pass, preset or variant resting on fewer than {MIN_COMPARED} oracle-compared cases, or on no "
+            "property case (the row's case counts say what ran)",
 }
 FINDINGS = tuple(s for s in STATUSES if s != "pass") + tuple(FINDING_DESCRIPTIONS)
 DEFAULT_FAIL_ON = ("fail", "error", "precision")
@@ -53,10 +55,14 @@ class AdapterInfo:
 def row_findings(row: RowResult) -> set[str]:
     """The finding kinds a row has (see FINDINGS); a passing row has none."""
     out = {row.status} - {"pass"}
+    if any(m["kind"] == "error" for m in row.failures):  # cases that raised, beside the semantic verdict
+        out.add("error")
     if row.precision_findings:
         out.add("precision")
     if row.not_implemented_cases:
         out.add("partial")
+    if row.thin:
+        out.add("thin")
     return out
 
 
@@ -74,6 +80,13 @@ class Report:
     def ok(self) -> bool:
         """No row has a finding of a kind in `fail_on`."""
         return not any(row_findings(r) & set(self.fail_on) for r in self.rows)
+
+    def idle_adapters(self) -> list[AdapterInfo]:
+        """The loaded adapters for which nothing was checked: every row of theirs is "not implemented"
+        (the function absent, or raising NotImplementedError on every case). A run that names such an
+        adapter is broken, not clean (`rlspec check` exits 2)."""
+        return [a for a in self.adapters if a.status == "ok"
+                and all(r.status == "not_implemented" for r in self.rows if r.adapter == a.name)]
 
     @property
     def reproduce(self) -> str:
@@ -108,9 +121,10 @@ class Report:
 
 
 def cell(row: RowResult) -> str:
-    """The short verdict shown in a table cell: the semantic status, then "(precision)" when an
-    input dtype's outputs meet only a coarser class and "(partial)" when some keyword values are
-    not implemented (both detailed below the table)."""
+    """The short verdict shown in a table cell: the semantic status, then "(ERROR)" when some cases
+    raised beside that verdict, "(precision)" when an input dtype's outputs meet only a coarser class,
+    "(partial)" when some keyword values are not implemented and "(thin)" when the verdict rests on too
+    few cases (all detailed below the table)."""
     base = {
         "pass": "pass",
         "preset": f"preset {row.matched_preset}",
@@ -119,8 +133,26 @@ def cell(row: RowResult) -> str:
         "error": "ERROR",
         "not_implemented": "not implemented",
     }[row.status]
-    marks = [m for m, on in (("precision", row.precision_findings), ("partial", row.not_implemented_cases)) if on]
+    raised = row.status != "error" and any(m["kind"] == "error" for m in row.failures)
+    marks = [m for m, on in (("ERROR", raised), ("precision", row.precision_findings),
+                             ("partial", row.not_implemented_cases), ("thin", row.thin)) if on]
     return base + (f" ({', '.join(marks)})" if marks else "")
+
+
+COUNTS_LEGEND = "cases: " + "/".join(CASE_FAMILIES)
+
+
+def counts_label(row: RowResult) -> str:
+    """The cases a row's verdict rests on, per family ("24/5/16/0": property/golden/invariant/preset,
+    COUNTS_LEGEND); the total for a framework's own row, "" for a row that ran nothing."""
+    if row.counts:
+        return "/".join(str(row.counts.get(f, 0)) for f in CASE_FAMILIES)
+    return str(row.n_cases) if row.n_cases else ""
+
+
+def cell_with_counts(row: RowResult) -> str:
+    counts = counts_label(row)
+    return cell(row) + (f" [{counts}]" if counts else "")
 
 
 def row_details(row: RowResult) -> list[str]:
@@ -129,10 +161,20 @@ def row_details(row: RowResult) -> list[str]:
     lines = row.message.splitlines() if row.message else []
     if row.reproduce and row.reproduce not in row.message:
         lines.append(f"Reproduce: {row.reproduce}")
+    if len(row.failures) > 1:
+        lines.append(f"{len(row.failures)} failure modes (the first is shown above):")
+        for i, mode in enumerate(row.failures, 1):
+            lines.append(f"  {i}. [{mode['kind']}] {mode['headline']}")
+            lines.append(f"     worst: {mode['case']}: {mode['detail']}")
+            lines.append(f"     Reproduce: {mode['reproduce']}")
     if row.consistent_with:
         lines.append("consistent with: " + "; ".join(row.consistent_with))
     if row.not_implemented_cases:
         lines.append("not implemented: " + "; ".join(row.not_implemented_cases) + " (the rest of the row was checked)")
+    lines += [f"note: {n}" for n in row.notes]
+    if row.thin:
+        lines.append(f"thin: the verdict rests on {counts_label(row)} cases ({COUNTS_LEGEND}); at least "
+                     f"{MIN_COMPARED} oracle-compared cases and one property case make it solid")
     return lines
 
 
@@ -159,17 +201,18 @@ def render_table(report: Report) -> str:
     spec_of = {row_label(r): r.spec_id for r in report.rows}
     header = ["spec id", "check", *adapters]
     body = [
-        [spec_of[f], f, *(cell(by_key[(f, a)]) if (f, a) in by_key else "-" for a in adapters)]
+        [spec_of[f], f, *(cell_with_counts(by_key[(f, a)]) if (f, a) in by_key else "-" for a in adapters)]
         for f in functions
     ]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths))]
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)) for line in body]
+    lines.append(f"[{COUNTS_LEGEND}]: the cases each verdict rests on")
     for a in report.adapters:
         if a.status != "ok":
             lines.append(f"{a.name}: {a.status.replace('_', ' ')} ({a.message})")
-    details = [r for r in report.rows if r.status in ("fail", "error", "preset", "variant") or r.not_implemented_cases]
+    details = [r for r in report.rows if _detailed(r)]
     if details:
         lines.append("")
         for r in details:
@@ -187,18 +230,29 @@ def render_table(report: Report) -> str:
     return "\n".join(lines)
 
 
+def _detailed(row: RowResult) -> bool:
+    """Whether a row gets a paragraph under the table (anything beyond a plain pass)."""
+    return row.status in ("fail", "error", "preset", "variant") or bool(row.not_implemented_cases or row.notes
+                                                                         or row.thin or row.failures)
+
+
 def summary(report: Report) -> str:
     """The closing line: counts per status, precision findings, and what made the run fail."""
     counts = {s: sum(r.status == s for r in report.rows) for s in STATUSES}
     n_precision = sum(len(r.precision_findings) for r in report.rows)
+    n_thin = sum(r.thin for r in report.rows)
     counted = sorted({k for r in report.rows for k in row_findings(r) & set(report.fail_on)})
     verdict = "findings: " + ", ".join(counted) if counted else "no findings"
     unloaded = [a.ref or a.name for a in report.adapters if a.status != "ok"]
     if unloaded:  # not checked at all: never read as a clean run
         verdict += f"; not checked (not loaded): {', '.join(unloaded)}"
+    idle = [a.ref or a.name for a in report.idle_adapters()]
+    if idle:
+        verdict += f"; nothing checked (no selected function implemented): {', '.join(idle)}"
     return (
         f"{counts['pass']} pass, {counts['preset']} preset, {counts['variant']} variant, {counts['fail']} fail, "
-        f"{counts['error']} error, {counts['not_implemented']} not implemented; {n_precision} precision finding(s) "
+        f"{counts['error']} error, {counts['not_implemented']} not implemented; {n_precision} precision finding(s)"
+        + (f", {n_thin} thin" if n_thin else "") + " "
         f"in {report.seconds:.1f}s (seed {report.seed}); {verdict} (--fail-on {','.join(report.fail_on)})"
     )
 
@@ -219,9 +273,10 @@ def render_markdown(report: Report) -> str:
     lines += [f"| {a.name} | {a.version} | {a.status} |" for a in report.adapters]
     lines += ["", "| spec id | check | " + " | ".join(adapters) + " |", "|---|---|" + "---|" * len(adapters)]
     for f in functions:
-        cells = [cell(by_key[(f, a)]) if (f, a) in by_key else "-" for a in adapters]
+        cells = [cell_with_counts(by_key[(f, a)]) if (f, a) in by_key else "-" for a in adapters]
         lines.append(f"| `{spec_of[f]}` | `{f}` | " + " | ".join(cells) + " |")
-    details = [r for r in report.rows if r.status in ("fail", "error", "preset", "variant") or r.not_implemented_cases]
+    lines += ["", f"Each cell: the verdict, then [{COUNTS_LEGEND}], the cases it rests on."]
+    details = [r for r in report.rows if _detailed(r)]
     if details:
         lines += ["", "## Details", ""]
         for r in details:

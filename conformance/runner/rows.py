@@ -16,6 +16,23 @@ STATUSES = {
     "not_implemented": "the adapter lacks the function or raises NotImplementedError on every case",
 }
 
+# What a verdict rests on: the checks of a row counted by family (`RowResult.counts`). A pass, preset or
+# variant resting on fewer than MIN_COMPARED oracle-compared cases (property, golden and preset checks
+# together), or on no property case at all, is *thin* (docs/checking.md, "What a verdict rests on").
+CASE_FAMILIES = ("property", "golden", "invariant", "preset")
+MIN_COMPARED = 8
+
+
+def case_family(kind: str) -> str:
+    """The family of a check kind: "property", "golden", "invariant:mask" -> "invariant", "preset:verl" -> "preset"."""
+    return kind.split(":", 1)[0]
+
+
+def is_thin(counts: dict[str, int]) -> bool:
+    """Whether a verdict resting on these case counts is thin (see MIN_COMPARED)."""
+    compared = counts.get("property", 0) + counts.get("golden", 0) + counts.get("preset", 0)
+    return counts.get("property", 0) == 0 or compared < MIN_COMPARED
+
 
 @dataclass
 class RowResult:
@@ -34,6 +51,11 @@ class RowResult:
     consistent_with: list[str] = field(default_factory=list)
     checks: dict[str, str] = field(default_factory=dict)
     n_cases: int = 0
+    # the cases the verdict rests on, per family (CASE_FAMILIES); empty for a row built by hand
+    counts: dict[str, int] = field(default_factory=dict)
+    thin: bool = False  # a pass / preset / variant resting on too few cases (is_thin)
+    # what the verdict does not say but a reader should know (e.g. "no gradient offered: ...")
+    notes: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
     seconds: float = 0.0
     # per input dtype, the finest precision class (PRECISIONS or BELOW) every output meets
@@ -43,6 +65,9 @@ class RowResult:
     # the keyword values the adapter does not offer ("scale='batch'"): not checked, rest of the row is
     not_implemented_cases: list[str] = field(default_factory=list)
     reproduce: str = ""  # re-runs the comparison the message shows (fail and error rows)
+    # every distinct failure mode of the row (conformance.runner.verdict.FailureMode.to_json), the one the
+    # message shows first; cases that raised ("error" modes) beside a semantic verdict are listed here too
+    failures: list[dict[str, Any]] = field(default_factory=list)
 
     # Not a dataclass field (never serialised): the (trial, outcome) pairs whose values or gradients
     # missed at the row's precision, set by `check_row`, for `conformance.runner.diagnosis`.
@@ -102,4 +127,4 @@ def not_implemented_row(row_id: str, spec_id: str, function: str, adapter: str |
                      message=message)
 
 
-__all__ = ["STATUSES", "RowResult", "match_status", "finite_or_none", "seeds_for", "error_row", "not_implemented_row"]
+__all__ = ["STATUSES", "CASE_FAMILIES", "MIN_COMPARED", "case_family", "is_thin", "RowResult", "match_status", "finite_or_none", "seeds_for", "error_row", "not_implemented_row"]

@@ -17,6 +17,7 @@ With isolation on (`RunOptions.isolate`), every part of an adapter runs in its w
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -129,7 +130,28 @@ def run(adapters: Sequence[str | Adapter], records: Sequence[Quantity], options:
         for worker in workers.values():
             worker.close()
     report.seconds = time.perf_counter() - start
+    _collapse_import_errors(report)
     return report
+
+
+_IMPORT_ERROR = re.compile(r"^(?:gradient: )?((?:ModuleNotFoundError|ImportError): .*)$", re.M)
+
+
+def _collapse_import_errors(report: Report) -> None:
+    """An adapter whose every checked row is an ERROR raising the same ImportError (a framework imported
+    inside the adapter's functions, and not installed) is one load error of the adapter, not the same
+    traceback on every row: its rows are dropped and the report lists it as "load_error" with that error."""
+    for info in report.adapters:
+        rows = [r for r in report.rows if r.adapter == info.name and r.status != "not_implemented"]
+        found = {m.group(1) for r in rows for m in [_IMPORT_ERROR.search(r.message)] if r.status == "error" and m}
+        if info.status != "ok" or not rows or len(found) != 1 or any(r.status != "error" for r in rows):
+            continue
+        if not all(_IMPORT_ERROR.search(r.message) for r in rows):
+            continue
+        (error,) = found
+        info.status = "load_error"
+        info.message = f"every function it implements raised {error} (the framework cannot be imported)"
+        report.rows = [r for r in report.rows if r.adapter != info.name]
 
 
 __all__ = ["select_records", "load_adapters", "run"]

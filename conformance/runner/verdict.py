@@ -32,18 +32,20 @@ on `RowResult.evidence` for `conformance.runner.diagnosis`, which names the know
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.records import Quantity, cases
+from conformance.records.tags import TAGS, case_tags
 from conformance.runner.differential import BELOW, RANK, Outcome, coarser, precision_label, rejudge, run_case
 from conformance.runner.invariants import METAMORPHIC
 from conformance.runner.protocol import Adapter, LoadedAdapter
-from conformance.runner.rows import RowResult, finite_or_none, match_status
+from conformance.runner.rows import CASE_FAMILIES, RowResult, case_family, finite_or_none, is_thin, match_status
 
 def _dtypes(record: Quantity, adapter: LoadedAdapter) -> list[str]:
-    return [d for d in record.dtypes if d in adapter.dtypes]
+    return [d for d in record.dtypes if d in adapter.dtypes_for(record.function)]
 
 
 @dataclass(eq=False)
@@ -258,7 +260,7 @@ def check_row(
         return row
     if not _dtypes(record, adapter):
         row.status = "not_implemented"
-        row.message = f"adapter dtypes {adapter.dtypes} share none with {record.function}'s {record.dtypes}"
+        row.message = f"adapter dtypes {adapter.dtypes_for(record.function)} share none with {record.function}'s {record.dtypes}"
         return row
     trials = _trials(record, adapter, seeds, golden, fixed)
     skipped: list[str] = []
@@ -282,7 +284,9 @@ def check_row(
     compared = [t for t in compared if t.outcome.status != "error" and not t.outcome.contract]
     if absent and not compared and not errors and not broken:
         row.status = "not_implemented"
-        row.message = f"{record.function} raises NotImplementedError (or is declared unsupported) for every case"
+        refused = sorted({t.outcome.absent for t in absent})
+        row.message = (f"{record.function} raises NotImplementedError (or is declared unsupported) for every case; "
+                       f"refused: {'; '.join(refused[:6])}" + (f"; and {len(refused) - 6} more" if len(refused) > 6 else ""))
         row.not_implemented_cases = []
         return row
     semantic = [t for t in compared if not t.kind.startswith("preset:")]
@@ -319,28 +323,117 @@ def check_row(
     )
     everything = ([t.judged(sem.variant_of[id(t)], sem.klass(t)) for t in semantic]
                   + [o for _, o in preset_judged] + [t.outcome for t in metamorphic])
-    row.n_cases = sum(o.status not in ("ill_conditioned", "unsupported", "not_implemented") for o in everything)
+    ran = [o for o in everything if o.status not in ("ill_conditioned", "unsupported", "not_implemented")]
+    row.n_cases = len(ran)
+    row.counts = {family: sum(case_family(o.kind) == family for o in ran) for family in CASE_FAMILIES}
+    if record.grad_args and not adapter.grad_for(record.function):
+        row.notes.append("no gradient offered: values only (supports_grad is False"
+                         + (f" for {record.function})" if record.function in adapter.function_grad else ")"))
     row.max_abs_err = max([row.max_abs_err] + [o.max_abs for o in everything])
     rels = [o.max_rel for o in everything if o.max_rel == o.max_rel]
     row.max_rel_err = max(rels) if rels else float("nan")
 
-    # 4. the status, most specific cause first: an exception, a broken calling contract, a broken
-    # invariant (no keyword set of the oracle can explain one), then the oracle comparisons
+    # 4. every failure mode of the row (`failure_modes`), most specific cause first: a broken calling
+    # contract, a broken invariant (no keyword set of the oracle can explain one), the oracle comparisons
+    # nothing explains, the preset checks; the cases that raised are their own modes, beside the verdict
     errors += [o for o in broken_invariants if o.status == "error"]
-    unexplained = [] if sem.explained else [max((o for _, o in canonical if o.status == "fail"), key=lambda o: o.max_abs)]
-    for status, outcomes in (
-        ("error", errors),
-        ("fail", broken),
-        ("fail", [o for o in broken_invariants if o.status == "fail"]),
+    unexplained = [] if sem.explained else [o for _, o in canonical if o.status == "fail"]
+    semantic_modes = failure_modes([
+        ("contract", broken),
+        ("invariant", [o for o in broken_invariants if o.status == "fail"]),
         ("fail", unexplained),
-        ("fail", [o for _, o in preset_judged if o.status == "fail"]),  # a variant, but not a preset's keywords
-    ):
-        if outcomes:
-            return _finish(row, skipped, status, outcomes[0].report(), outcomes[0])
+        ("preset", [o for _, o in preset_judged if o.status == "fail"]),  # a variant, but not a preset's keywords
+    ])
+    error_modes = failure_modes([("error", errors)])
+    row.failures = [m.to_json() for m in semantic_modes + error_modes]
+    if semantic_modes:
+        return _finish(row, skipped, "fail", semantic_modes[0].worst.report(), semantic_modes[0].worst)
+    if error_modes and not semantic:  # every case that compared anything raised: nothing to judge
+        return _finish(row, skipped, "error", error_modes[0].worst.report(), error_modes[0].worst)
     row.precision_findings = _precision_findings(record, adapter, semantic, sem.variant_of, sem.precision, strict_precision)
     row.matched_preset, row.matched_kwargs, message = _match(record, sem)
     status = "pass" if row.matched_kwargs is None else match_status(row.matched_preset)
+    if error_modes:  # the semantic verdict of the cases that ran, and the cases that raised beside it
+        first = error_modes[0]
+        message = "\n".join(x for x in (message, f"ERROR beside the verdict: {first.headline()}", first.worst.report()) if x)
+        return _finish(row, skipped, status, message, first.worst)
     return _finish(row, skipped, status, message, None)
+
+
+@dataclass
+class FailureMode:
+    """One distinct way a row fails: the outcomes of one kind ("contract", "invariant", "fail", "preset",
+    "error") that miss the same outputs in the same way (NaN, ±inf or finite but off) or raise the same
+    exception; `worst` is the one shown (the largest difference; the first exception)."""
+
+    kind: str
+    label: str
+    outcomes: list[Outcome]
+
+    @property
+    def worst(self) -> Outcome:
+        return self.outcomes[0] if self.kind == "error" else max(self.outcomes, key=lambda o: o.max_abs)
+
+    @property
+    def tags(self) -> tuple[str, ...]:
+        """The input features every case of the mode has (`conformance.records.tags`)."""
+        each = [set(case_tags(o.case.args)) for o in self.outcomes]
+        common = set.intersection(*each) if each else set()
+        return tuple(t for t in TAGS if t in common)
+
+    def headline(self) -> str:
+        checks = sorted({o.kind for o in self.outcomes})
+        where = f"; every case has: {', '.join(self.tags)}" if self.tags else ""
+        distinct = sorted({case_tags(o.case.args) for o in self.outcomes})
+        if not self.tags and len(distinct) <= 3 and all(distinct):
+            where = "; each case has one of: " + " | ".join(", ".join(t) for t in distinct)
+        return f"{self.label} on {len(self.outcomes)} case(s) ({', '.join(checks)}{where})"
+
+    def to_json(self) -> dict[str, Any]:
+        worst = self.worst
+        first = (worst.mismatches[0].describe() if worst.mismatches else worst.message).splitlines()
+        return {"kind": self.kind, "label": self.label, "n": len(self.outcomes), "tags": list(self.tags),
+                "checks": sorted({o.kind for o in self.outcomes}), "headline": self.headline(),
+                "detail": first[0] if first else "", "case": _describe(worst), "reproduce": worst.repro()}
+
+
+def _describe(outcome: Outcome) -> str:
+    where = f"golden vector {outcome.case.note}" if outcome.kind == "golden" else f"{outcome.kind}, seed {outcome.case.seed}"
+    return f"{where}, {outcome.dtype}" + (f", {_fmt_kwargs(outcome.kwargs)}" if outcome.kwargs else "")
+
+
+_EXCEPTION = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b")
+
+
+def _nature(value: float) -> str:
+    return "NaN" if value != value else "inf" if abs(value) == float("inf") else "off"
+
+
+def _signature(kind: str, outcome: Outcome) -> str:
+    """What a failing outcome's mode is: the exception type for an error, the check for a broken invariant
+    or preset check, the message for a broken contract, else which outputs miss and how."""
+    if kind == "error":  # "ValueError", "gradient: ValueError", "clean inputs: ValueError: ..."
+        found = _EXCEPTION.search(outcome.message)
+        return f"raises {found.group(1)}" if found else "raises"
+    if kind == "contract":
+        return f"calling contract: {outcome.message}"
+    parts = [f"{m.what} {_nature(m.actual_at)}" + ("" if _nature(m.expected_at) == "off" else f" (expected {_nature(m.expected_at)})")
+             for m in outcome.mismatches]
+    label = ", ".join(parts) or "differs"
+    return f"{outcome.kind}: {label}" if kind in ("invariant", "preset") else label
+
+
+def failure_modes(groups: list[tuple[str, list[Outcome]]]) -> list[FailureMode]:
+    """The distinct failure modes of a row's failing outcomes, per kind in the order given, each kind's
+    modes by their number of cases (most first)."""
+    modes: list[FailureMode] = []
+    for kind, outcomes in groups:
+        by: dict[str, list[Outcome]] = {}
+        for o in outcomes:
+            by.setdefault(_signature(kind, o), []).append(o)
+        modes += sorted((FailureMode(kind, label, members) for label, members in by.items()),
+                        key=lambda m: -len(m.outcomes))
+    return modes
 
 
 def _call(record: Quantity, adapter: LoadedAdapter, trials: list[Trial], ref: str | None,
@@ -431,6 +524,7 @@ def _finish(row: RowResult, skipped: list[str], status: str, message: str, shown
     """Set the row's status, message (with the cases left out) and the reproduce line and error
     figures of the outcome its message shows."""
     row.status = status
+    row.thin = status in ("pass", "preset", "variant") and bool(row.counts) and is_thin(row.counts)
     tail = f"({len(skipped)} case(s) left out: {'; '.join(skipped[:3])})" if skipped else ""
     row.message = "\n".join(x for x in (message, tail) if x)
     if shown is not None:

@@ -1,4 +1,4 @@
-"""The conformance matrix as HTML: columns read from report JSON (schema report-v2), one row per spec
+"""The conformance matrix as HTML: columns read from report JSON (schema report-v3), one row per spec
 quantity, one column per adapter, each cell's verdict and the detail behind it.
 
 Shared by `rlspec site` (conformance/site/build.py: cells link to a page each) and `rlspec check
@@ -129,8 +129,9 @@ def verdict(row: dict[str, Any], column: str) -> Verdict:
     else:
         kind, text = status, {"pass": "pass", "fail": "FAIL", "error": "error",
                               "not_implemented": "not implemented"}[status]
-    marks = tuple(m for m, on in (("precision", row.get("precision_findings")),
-                                  ("partial", row.get("not_implemented_cases"))) if on)
+    raised = row["status"] != "error" and any(m["kind"] == "error" for m in row.get("failures") or [])
+    marks = tuple(m for m, on in (("ERROR", raised), ("precision", row.get("precision_findings")),
+                                  ("partial", row.get("not_implemented_cases")), ("thin", row.get("thin"))) if on)
     return Verdict(kind, text, marks)
 
 
@@ -302,8 +303,11 @@ def detail_html(column: Column, row: dict[str, Any], links: Links, *, level: int
     if row.get("max_abs_err") is not None or row.get("max_rel_err") is not None:
         out.append(f"<dt>greatest difference</dt><dd>absolute {esc(_num(row.get('max_abs_err')))}, "
                    f"relative {esc(_num(row.get('max_rel_err')))}</dd>")
-    out.append(f"<dt>cases</dt><dd>{esc(row.get('n_cases', '-'))}"
-               + (f" (property seeds {esc(', '.join(map(str, row['seeds'])))})" if row.get("seeds") else "") + "</dd>")
+    counts = row.get("counts") or {}
+    by_family = ", ".join(f"{n} {family}" for family, n in counts.items())
+    out.append(f"<dt>cases</dt><dd>{esc(row.get('n_cases', '-'))}" + (f" ({esc(by_family)})" if by_family else "")
+               + (f"; property seeds {esc(', '.join(map(str, row['seeds'])))}" if row.get("seeds") else "")
+               + (" <strong>thin</strong>: too few cases for a solid verdict" if row.get("thin") else "") + "</dd>")
     if row.get("precision"):
         out.append("<dt>precision met</dt><dd>" + esc(", ".join(f"{k} inputs: {v.replace('_', ' ')}"
                                                               for k, v in row["precision"].items())) + "</dd>")
@@ -325,6 +329,8 @@ def detail_html(column: Column, row: dict[str, Any], links: Links, *, level: int
         out.append(f'<{sub}>Precision: {esc(f["dtype"])} meets {esc(f["meets"].replace("_", " "))}</{sub}>'
                    f'<pre class="message">{esc(f["message"])}</pre>'
                    f'<pre class="repro" data-repro="precision"><code>{esc(f["reproduce"])}</code></pre>')
+    if row.get("notes"):
+        out.append(f"<{sub}>Notes</{sub}><ul>" + "".join(f"<li>{esc(t)}</li>" for t in row["notes"]) + "</ul>")
     if row.get("not_implemented_cases"):
         out.append(f"<{sub}>Not implemented (the rest of the row was checked)</{sub}><ul>"
                    + "".join(f"<li>{esc(t)}</li>" for t in row["not_implemented_cases"]) + "</ul>")

@@ -172,3 +172,100 @@ def with_framework_row() -> types.SimpleNamespace:
 
     adapter = _base("with_framework_row", grpo_advantages=refimpl.grpo_advantages, extra_rows=extra_rows)
     return adapter
+
+
+def _kl_without_graph(logp, ref_logp, mask, **kwargs):
+    """The KL value computed under no_grad: right value, no autograd graph (a metric, not a loss)."""
+    with torch.no_grad():
+        return refimpl.kl_penalty(logp, ref_logp, mask, **kwargs)
+
+
+def metric_without_graph() -> types.SimpleNamespace:
+    """kl_penalty computed under torch.no_grad, undeclared: its gradient is 0 where the spec's is not."""
+    return _base("metric_without_graph", kl_penalty=_kl_without_graph)
+
+
+def metric_declared_without_grad() -> types.SimpleNamespace:
+    """The same kl_penalty, declared values-only for that function alone (`supports_grad` per function);
+    gae, the refimpl's, keeps its gradient check."""
+    return _base("metric_declared_without_grad", kl_penalty=_kl_without_graph, gae=refimpl.gae,
+                 supports_grad={"kl_penalty": False})
+
+
+def per_function_dtypes() -> types.SimpleNamespace:
+    """The refimpl's gae checked in float64 only, its grpo_advantages in the default float64 and float32
+    (`dtypes` per function, "*" for the rest)."""
+    return _base("per_function_dtypes", gae=refimpl.gae, grpo_advantages=refimpl.grpo_advantages,
+                 dtypes={"gae": ("float64",), "*": ("float64", "float32")})
+
+
+def _grpo_for_published_vectors_only(rewards, group_size, **kwargs):
+    """The refimpl's GRPO advantages, offered only for the rewards of a published golden vector (a lookup
+    table of the vectors, as a framework tested only against them would be)."""
+    from conformance.vectors.golden import cases_for
+
+    seen = rewards.detach().double().numpy()
+    for case in cases_for("grpo_advantages"):
+        known = case.args["rewards"]
+        if known.shape == seen.shape and np.allclose(known, seen, rtol=1e-2, equal_nan=True):
+            return refimpl.grpo_advantages(rewards, group_size, **kwargs)
+    raise NotImplementedError("only the published golden vectors")
+
+
+def golden_vectors_only() -> types.SimpleNamespace:
+    """grpo_advantages that answers the golden vectors and nothing else: every property case is not offered."""
+    return _base("golden_vectors_only", grpo_advantages=_grpo_for_published_vectors_only)
+
+
+def _imports_a_missing_framework(*args, **kwargs):
+    """Imports its framework on every call, as an adapter written lazily does; the framework is not installed."""
+    import rlspec_no_such_framework  # noqa: F401
+
+    raise AssertionError("unreachable")
+
+
+def framework_not_installed() -> types.SimpleNamespace:
+    """Three functions, each importing a framework that is not installed."""
+    return _base("framework_not_installed", grpo_advantages=_imports_a_missing_framework,
+                 gae=_imports_a_missing_framework, ppo_token_loss=_imports_a_missing_framework)
+
+
+def _ppo_two_bugs(logp, old_logp, advantages, mask, **kwargs):
+    """Two bugs in one function: the ratio clamped at 2 (a finite difference wherever r > 2 with A > 0), and
+    NaN for a row with no valid token (a masked mean over zero tokens)."""
+    out = refimpl.ppo_token_loss(logp, old_logp, advantages, mask, **kwargs)
+    adv = advantages.reshape(advantages.shape + (1,) * (logp.dim() - advantages.dim()))  # [B] or [B, T]
+    ratio = torch.exp(torch.where(mask, logp - old_logp, 0.0))
+    clamped = -adv * ratio.clamp(max=2.0)
+    out = torch.where(mask & (ratio > 2.0) & (adv > 0), clamped.to(out.dtype), out)
+    empty = ~mask.any(dim=-1, keepdim=True)
+    return torch.where(empty, torch.full_like(out, float("nan")), out)
+
+
+def two_bugs() -> types.SimpleNamespace:
+    """ppo_token_loss with two distinct bugs (`_ppo_two_bugs`): two failure modes, both shown."""
+    return _base("two_bugs", ppo_token_loss=_ppo_two_bugs)
+
+
+def _raises_on_empty_rows(*args, **kwargs):
+    raise ValueError("At least one element in the mask has to be 1.")
+
+
+def _gae_raising_without_valid_tokens(rewards, values, mask, **kwargs):
+    """The refimpl's gae, raising ValueError on a batch without any valid token (as verl's masked_whiten does)."""
+    if not bool(mask.any()):
+        _raises_on_empty_rows()
+    return refimpl.gae(rewards, values, mask, **kwargs)
+
+
+def raises_on_degenerate() -> types.SimpleNamespace:
+    """gae right on every batch with a valid token, raising on the degenerate one without any."""
+    return _base("raises_on_degenerate", gae=_gae_raising_without_valid_tokens)
+
+
+def scalar_policy_loss_without_kl() -> types.SimpleNamespace:
+    """The refimpl's policy_loss for a framework with no KL term: every case asking kl_coef != 0 is
+    declared not offered with a predicate, not with the exact values the runner draws."""
+    ns = _base("scalar_policy_loss_without_kl", policy_loss=refimpl.policy_loss)
+    ns.unsupported_kwargs = {"policy_loss": {"kl_coef": lambda coef: coef != 0}}
+    return ns

@@ -1,4 +1,4 @@
-"""A small, hand-written report JSON for the site tests (schema report-v2), with one row of every kind
+"""A small, hand-written report JSON for the site tests (schema report-v3), with one row of every kind
 the matrix shows, and an HTML reader for the built pages."""
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ def _row(adapter: str, function: str, spec_id: str, status: str, *, id: str | No
         "id": id or f"{function}@{adapter}", "spec_id": spec_id, "function": function, "adapter": adapter,
         "status": status, "matched_preset": None, "matched_kwargs": None, "max_abs_err": None, "max_rel_err": None,
         "message": "", "consistent_with": [], "checks": {"property": status if status in ("pass", "fail") else "pass"},
-        "n_cases": 3, "seeds": [11, 12], "seconds": 0.01, "precision": {}, "precision_findings": [],
-        "not_implemented_cases": [], "reproduce": "",
+        "n_cases": 3, "counts": {"property": 3, "golden": 0, "invariant": 0, "preset": 0}, "thin": False, "notes": [],
+        "seeds": [11, 12], "seconds": 0.01, "precision": {}, "precision_findings": [],
+        "not_implemented_cases": [], "reproduce": "", "failures": [],
     }
     row.update(fields)
     return row
@@ -63,7 +64,7 @@ def report(adapter: str = "trl", version: str = "9.9.9") -> dict[str, Any]:
              message="own loss: 2/8 elements off"),
     ]
     return {
-        "schema": "report-v2", "suite_version": "0.1.0", "spec_version": "v1", "created": "2026-01-02T03:04:05+00:00",
+        "schema": "report-v3", "suite_version": "0.1.0", "spec_version": "v1", "created": "2026-01-02T03:04:05+00:00",
         "seed": 0, "n_seeds": 8, "reproduce": f"rlspec check --seed 0 --n-seeds 8 --adapter {a}",
         "strict_precision": False, "fail_on": ["fail", "error", "precision"],
         "environment": {"python": "3.11", "numpy": "2", "torch": "2.13"},

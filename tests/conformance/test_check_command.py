@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -69,7 +70,11 @@ def test_junit_report_is_well_formed(builtin_outputs):
 def test_markdown_report_has_the_table(builtin_outputs):
     _, out = builtin_outputs
     text = (out / "r.md").read_text()
-    assert "| `adv.grpo` | `grpo_advantages` | pass | pass |" in text
+    # each cell: the verdict, then the cases it rests on (property/golden/invariant/preset)
+    (line,) = [x for x in text.splitlines() if x.startswith("| `adv.grpo` | `grpo_advantages` |")]
+    cells = [c.strip() for c in line.strip("|").split("|")][2:]
+    assert len(cells) == 2 and all(re.fullmatch(r"pass \[\d+/\d+/\d+/\d+\]", c) for c in cells), cells
+    assert "[cases: property/golden/invariant/preset]" in text
 
 
 def test_broken_adapter_fails_with_a_useful_message():

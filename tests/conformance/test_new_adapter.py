@@ -58,7 +58,7 @@ def test_skeleton_has_a_documented_stub_with_the_oracle_signature_per_function(t
 
 
 @pytest.mark.parametrize("array_api", ["torch", "numpy"])
-def test_check_reports_every_row_of_the_skeleton_not_implemented(tmp_path, array_api):
+def test_check_reports_every_row_of_the_skeleton_not_implemented_and_exits_2(tmp_path, array_api):
     module = generate(tmp_path, array_api).stem
     report = tmp_path / "report.json"
     proc = subprocess.run(
@@ -66,7 +66,9 @@ def test_check_reports_every_row_of_the_skeleton_not_implemented(tmp_path, array
          "--n-seeds", "2", "--json", str(report)],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # a skeleton checks nothing: a broken run, with the report still written
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "implements none of the selected spec functions" in proc.stderr
     data = json.loads(report.read_text())
     assert [a["status"] for a in data["adapters"]] == ["ok"]
     statuses = {c["function"]: c["status"] for c in data["checks"]}
@@ -74,14 +76,25 @@ def test_check_reports_every_row_of_the_skeleton_not_implemented(tmp_path, array
     assert set(statuses.values()) == {"not_implemented"}, statuses
 
 
-def test_generated_test_file_passes_under_pytest(tmp_path):
-    generate(tmp_path, "torch")
-    proc = subprocess.run(
+def _pytest(tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_torch_framework_rlspec.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "1 passed" in proc.stdout
+
+
+def test_generated_test_file_fails_on_the_bare_skeleton_and_passes_once_a_function_is_written(tmp_path):
+    adapter = generate(tmp_path, "torch")
+    bare = _pytest(tmp_path)
+    assert bare.returncode == 1 and "1 failed" in bare.stdout, bare.stdout + bare.stderr
+    assert "implements none of the selected spec functions" in bare.stdout
+    # the first function written (the verified refimpl's, standing in for the framework's own)
+    adapter.write_text(adapter.read_text() + "\n\nimport refimpl\n\n"
+                       "Adapter.reinforce_advantages = lambda self, *args, **kwargs: "
+                       "refimpl.reinforce_advantages(*args, **kwargs)\n")
+    written = _pytest(tmp_path)
+    assert written.returncode == 0, written.stdout + written.stderr
+    assert "1 passed" in written.stdout
 
 
 def test_existing_files_are_not_overwritten_without_force(tmp_path, capsys):

@@ -56,15 +56,16 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
 }
 
 EXTRA = {  # row id -> (status, matched preset)
-    # gamma * lmbda = 0 (lambda = 0: the TD(0) advantage) raises IndexError in the vectorised paths (finding below)
-    'torchrl.vec_generalized_advantage_estimate': ('error', None),
+    # gamma * lmbda = 0 (lambda = 0: the TD(0) advantage) raises IndexError in the vectorised paths (finding below);
+    # every other case is canonical
+    'torchrl.vec_generalized_advantage_estimate': ('pass + raises IndexError', None),
     'torchrl.vec_generalized_advantage_estimate[gamma*lmbda>0]': ('pass', None),  # float32 precision on float64
     'torchrl.td_lambda_return_estimate': ('pass', None),  # exact in float64
-    'torchrl.vec_td_lambda_return_estimate': ('error', None),
+    'torchrl.vec_td_lambda_return_estimate': ('pass + raises IndexError', None),
     'torchrl.vec_td_lambda_return_estimate[gamma*lmbda>0]': ('pass', None),
     'torchrl.GAE': ('pass', None),  # the module (vectorized=None: the loop), float32 gamma/lmbda buffers
-    'torchrl.GAE[vectorized=True]': ('error', None),
-    'torchrl.TDLambdaEstimator': ('error', None),  # vectorized=True by default
+    'torchrl.GAE[vectorized=True]': ('pass + raises IndexError', None),
+    'torchrl.TDLambdaEstimator': ('pass + raises IndexError', None),  # vectorized=True by default
     'torchrl.MCAdvantage[grpo_size>=2]': ('preset', 'torchrl'),
     # trajectory_return="sum": the same formula on the returns; a float32 all-equal group of seed 0 fails
     'torchrl.MCAdvantage[trajectory_return=sum]': ('fail', None),

@@ -72,8 +72,8 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     # the loop rloo (core_algos.py:587-636): a one-sample group keeps its score, singleton='raw' (spec v1.1):
     # preset verl, decided by the golden vectors rloo_advantages/group-size-1 and preset-verl
     'rloo_advantages': 'preset',
-    'gae': 'error',
-    'whiten': 'error',
+    'gae': 'pass + raises ValueError',  # masked_whiten refuses a batch with no valid token, or one
+    'whiten': 'pass + raises ValueError',
     'kl_penalty': 'preset',  # verl clamps only k3: preset verl for estimator='k3', canonical otherwise
     # spec v1.1 kl.loss: estimator and "+" suffix per case, verl's k3 clamp as preset verl (= openrlhf; golden
     # vector kl_loss_term/preset-verl); also 'partial': the unbiased and bias-corrected forms have no verl name

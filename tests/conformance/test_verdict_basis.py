@@ -1,0 +1,123 @@
+"""What a verdict rests on ([20] item 11): case counts per row and family, thin verdicts, an adapter that
+checks nothing is a broken run, `supports_grad` and `dtypes` per function, and "no gradient offered" for
+an output without an autograd graph.
+
+The adapters are in `example_adapters.py`; each expected count follows from how the adapter and the run
+are built (the dtypes it declares, `--n-seeds`, the golden vectors on disk), not from the runner.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conformance.records import BY_FUNCTION
+from conformance.runner import report as reports
+from conformance.runner.options import RunOptions
+from conformance.runner.rows import CASE_FAMILIES, MIN_COMPARED
+from conformance.runner.run import run, select_records
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = "tests.conformance.example_adapters"
+VECTORS = ROOT / "conformance" / "vectors" / "v1"
+
+
+def rows_of(adapter: str, *only: str, n_seeds: int = 3) -> dict:
+    rep = run([f"{EXAMPLES}:{adapter}"], select_records(list(only)),
+              RunOptions(seed=0, n_seeds=n_seeds, timeout=120, isolate="never"))
+    return {r.function: r for r in rep.rows}
+
+
+def golden_on_disk(function: str) -> int:
+    return len(list((VECTORS / function).glob("*.json")))
+
+
+def test_counts_per_family_follow_from_the_dtypes_seeds_and_vectors():
+    rows = rows_of("per_function_dtypes", "adv.gae", "adv.grpo", n_seeds=3)
+    gae, grpo = rows["gae"], rows["grpo_advantages"]
+    assert gae.status == grpo.status == "pass", (gae.message, grpo.message)
+    assert set(gae.counts) == set(CASE_FAMILIES)
+    # gae declared float64 only; grpo_advantages the "*" default, float64 and float32: 3 seeds each
+    assert gae.counts["property"] == 3 and grpo.counts["property"] == 6
+    # every golden vector of the function runs (no adapter-side refusal, none ill-conditioned for refimpl)
+    assert gae.counts["golden"] == golden_on_disk("gae")
+    assert grpo.counts["golden"] == golden_on_disk("grpo_advantages")
+    assert gae.counts["preset"] == grpo.counts["preset"] == 0  # accepts_variants is off
+    assert not gae.thin and not grpo.thin
+    assert reports.counts_label(gae) == f"3/{golden_on_disk('gae')}/{gae.counts['invariant']}/0"
+
+
+def test_a_pass_resting_on_golden_vectors_alone_is_thin_and_says_so(tmp_path):
+    (row,) = rows_of("golden_vectors_only", "adv.grpo").values()
+    assert row.status == "pass" and row.counts["property"] == 0, row
+    assert row.counts["golden"] == golden_on_disk("grpo_advantages") >= MIN_COMPARED
+    assert row.thin and "thin" in reports.row_findings(row)
+    assert reports.cell(row) == "pass (partial, thin)"
+    assert any(line.startswith("thin: the verdict rests on 0/") for line in reports.row_details(row))
+    # thin is a finding kind of its own: not failing by default, failing when asked
+    base = [sys.executable, "-m", "conformance.cli", "check", "--adapter", f"{EXAMPLES}:golden_vectors_only",
+            "--only", "adv.grpo", "--n-seeds", "2", "--no-progress", "--isolate", "never"]
+    default = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert default.returncode == 0, default.stdout + default.stderr
+    asked = subprocess.run(base + ["--fail-on", "fail,thin"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert asked.returncode == 1 and "findings: thin" in asked.stdout, asked.stdout
+
+
+def test_an_adapter_that_implements_nothing_is_a_broken_run(tmp_path):
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "check", "--adapter",
+                           f"{EXAMPLES}:all_not_implemented", "--only", "adv.grpo", "--only", "loss.ppo",
+                           "--n-seeds", "2", "--no-progress", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "implements none of the selected spec functions" in proc.stderr and "Traceback" not in proc.stderr
+    assert "nothing checked (no selected function implemented): " in proc.stdout
+    assert json.loads(out.read_text())["schema"] == reports.REPORT_SCHEMA_VERSION  # the report is still written
+
+
+def test_the_pytest_plugin_fails_an_adapter_that_implements_nothing():
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pyargs", "conformance",
+                           "--rlspec-adapter", f"{EXAMPLES}:all_not_implemented", "--rlspec-only", "adv.grpo",
+                           "--rlspec-n-seeds", "2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "1 failed" in proc.stdout, proc.stdout + proc.stderr
+    assert "nothing was checked" in proc.stdout
+
+
+def test_an_output_without_graph_fails_with_the_no_gradient_hint():
+    (row,) = rows_of("metric_without_graph", "kl.estimator").values()
+    assert row.status == "fail", row
+    assert "no gradient offered: the output has no autograd graph" in row.message
+    assert "supports_grad = {'kl_penalty': False}" in row.message
+
+
+def test_supports_grad_per_function_checks_values_only_there():
+    rows = rows_of("metric_declared_without_grad", "kl.estimator", "adv.gae")
+    kl, gae = rows["kl_penalty"], rows["gae"]
+    assert kl.status == "pass", kl.message
+    assert kl.notes == ["no gradient offered: values only (supports_grad is False for kl_penalty)"]
+    assert "invariant:detached" not in kl.checks  # no gradient: nothing to be detached from
+    assert gae.status == "pass" and gae.notes == [] and "invariant:detached" in gae.checks
+    assert BY_FUNCTION["gae"].stop_grad_args  # (why gae has that check at all)
+
+
+def test_a_framework_import_failing_in_every_function_is_one_load_error():
+    rep = run([f"{EXAMPLES}:framework_not_installed"], select_records(["adv.grpo", "adv.gae", "loss.ppo", "adv.rloo"]),
+              RunOptions(seed=0, n_seeds=2, timeout=60, isolate="always"))
+    (info,) = rep.adapters
+    assert info.status == "load_error", info
+    assert "ModuleNotFoundError: No module named 'rlspec_no_such_framework'" in info.message
+    assert rep.rows == []
+    text = reports.render_table(rep)
+    assert text.count("rlspec_no_such_framework") == 1, text  # said once, not once per row
+    assert "not checked (not loaded)" in text
+
+
+def test_unsupported_kwargs_takes_a_predicate():
+    (row,) = rows_of("scalar_policy_loss_without_kl", "loss.policy", n_seeds=8).values()
+    assert row.status == "pass", row.message
+    assert row.not_implemented_cases and all(c.startswith("kl_coef=") for c in row.not_implemented_cases), row.not_implemented_cases
+    refused = {float(c.split(":")[0].removeprefix("kl_coef=")) for c in row.not_implemented_cases}
+    assert refused and 0.0 not in refused, row.not_implemented_cases
+    assert row.counts["property"] > 0  # the cases with kl_coef = 0 ran
