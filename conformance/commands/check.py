@@ -35,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--html", metavar="PATH", help="write the run's conformance matrix as one self-contained HTML "
                    "page (the matrix page of `rlspec site`, each cell's details on the same page)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--explain", action="store_true",
+                   help="also print the weaker diagnosis hints: known bugs whose failure pattern alone fits a "
+                   "FAIL (same checks failing) but which do not reproduce its outputs")
     p.add_argument("--strict-precision", action="store_true",
                    help="judge every case at its input dtype's tolerance class: outputs of a coarser "
                    "precision FAIL (and no preset is named for them) instead of being precision findings")
@@ -67,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
                          strict_precision=args.strict_precision, fail_on=args.fail_on,
                          progress=not args.no_progress and sys.stderr.isatty())
     report = run_checks(names, select_records(args.only), options)
-    print(reports.render_table(report))
+    print(reports.render_table(report, explain=args.explain))
     reports.write_outputs(report, json_path=args.json, junit_path=args.junit, markdown_path=args.markdown)
     if args.html:  # the matrix page of `rlspec site`, for this run (conformance/site/matrix.py)
         from conformance.site.matrix import report_page

@@ -43,6 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="keyword given to the oracle only, on top of --kw (a preset's or variant's), repeatable")
     p.add_argument("--precision", choices=[*PRECISIONS, BELOW],
                    help="judge at this precision class's tolerance (default: the input dtype's)")
+    p.add_argument("--canonical", action="store_true",
+                   help="pass no keyword but --kw: every other question keyword at its canonical default (the "
+                   "property cases that vary one keyword at a time; without --kw or --canonical the seed's drawn "
+                   "keywords are passed)")
     p.add_argument("--show-inputs", action="store_true", help="print the input arrays")
     p.add_argument("--row", metavar="ID",
                    help="re-run a framework-specific row (the adapter's extra_rows, its id in the report) and show it, "
@@ -125,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
         kind = f"invariant:{args.invariant}" if args.invariant else "property"
         if args.invariant == "on_policy":
             case = cases.on_policy(case)
-    kwargs = parse_kw(args.kw) if args.kw else record.question_kwargs(case.kwargs)
+    kwargs = parse_kw(args.kw) if args.kw or args.canonical else record.question_kwargs(case.kwargs)
     trial = Trial(kind, case, args.dtype, kwargs, parse_kw(args.oracle_kw, "--oracle-kw"))
     outcome = trial.run(record, adapter, ref=args.adapter, tol_class=args.precision)
     if args.show_inputs:

@@ -45,6 +45,6 @@ MUTANT = Mutant(
     catalogue=32,
     cites=("verl core_algos.py:1812-1814", "SkyRL ppo_utils.py compute_policy_loss_clip_cov", "verl#1527",
            "bug-catalogue class 32"),
-    signature={"clip_cov_mask": ("golden", "invariant:mask")},
+    signature={"clip_cov_mask": ("property", "golden", "invariant:mask")},  # property: a one-keyword-at-a-time case triggers it
     replace={"clip_cov_mask": clip_cov_mask},
 )

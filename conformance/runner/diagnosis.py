@@ -18,10 +18,12 @@ Only value and gradient mismatches are evidence: a row that errored, or failed b
 calling contract, gets no hypothesis, and neither does a difference within the precision the adapter
 meets (those rows are not FAILs: `conformance.runner.verdict` reports the precision apart). The replay
 compares at that precision too (`RowResult.precision`), so a float32 framework's bug is still
-recognised. Rows that match a preset or variant are diagnosed too (strong matches only). Both together is the strong verdict: the row lists the mutants' `Mutant.label()` ("temperature not
+recognised. Rows that match a preset or variant are diagnosed too (strong matches only). Both together
+is the only verdict a row shows (`consistent_with`): the mutants' `Mutant.label()` ("temperature not
 applied when recomputing log-probs [mutant logprob_temperature_missing, bug-catalogue #4]"). When no
-mutant reproduces the outputs, the mutants whose failure pattern fits are listed with the suffix
-`PATTERN_ONLY` (a weaker hint: same kind of failure, different numbers).
+mutant reproduces the outputs, the mutants whose failure pattern alone fits are kept apart
+(`pattern_hints`, each label with the suffix `PATTERN_ONLY`): a weaker hint (same kind of failure,
+different numbers), often unrelated, shown only by `rlspec check --explain` and on the site's cell page.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from conformance.runner.protocol import LoadedAdapter
 from conformance.runner.rows import RowResult
 from conformance.tolerances import Tol, tolerance
 
-__all__ = ["MAX_TRIALS", "PATTERN_ONLY", "diagnose", "reproduces", "signature_fits"]
+__all__ = ["MAX_TRIALS", "PATTERN_ONLY", "diagnose", "pattern_hints", "reproduces", "signature_fits"]
 
 MAX_TRIALS = 12
 PATTERN_ONLY = " (failure pattern only: the outputs differ)"
@@ -122,23 +124,29 @@ def reproduces(mutant: Any, record: Quantity, evidence: tuple[tuple[Any, Any], .
     return True
 
 
-def diagnose(record: Quantity, row: RowResult, mutants: list[Any] | None = None) -> list[str]:
-    """The labels of the mutants consistent with a failing row (empty for a passing row): mutants
-    that fit the failure pattern and reproduce the outputs first (exact pattern first); if none
-    reproduces them, the ones whose pattern fits, marked `PATTERN_ONLY`. A row that matches a preset
-    lists only reproduced bugs (an adapter that ignores `estimator` and always computes k3 also
-    "matches preset trl": both statements are true)."""
+def _fitting(record: Quantity, row: RowResult, mutants: list[Any] | None) -> list[Any]:
     if row.status not in ("fail", "error", "preset", "variant") or not row.evidence:
         return []
     if mutants is None:
         mutants = discovered_mutants()
-    fitting = [m for m in mutants if record.function in m.replace
-               and signature_fits(row, m.signature.get(record.function, ()))]
+    return [m for m in mutants if record.function in m.replace and signature_fits(row, m.signature.get(record.function, ()))]
+
+
+def diagnose(record: Quantity, row: RowResult, mutants: list[Any] | None = None) -> list[str]:
+    """The labels of the mutants consistent with a failing row (empty for a passing row): the mutants
+    that fit the failure pattern and reproduce the outputs (exact pattern first). A row that matches a
+    preset is diagnosed the same way (an adapter that ignores `estimator` and always computes k3 also
+    "matches preset trl": both statements are true)."""
+    fitting = _fitting(record, row, mutants)
     failing = {k for k, v in row.checks.items() if v in FAILED}
     strong = [m for m in fitting if reproduces(m, record, row.evidence, row.precision)]
-    if strong:
-        strong.sort(key=lambda m: failing != set(m.signature.get(record.function, ())) & set(row.checks))
-        return [m.label() for m in strong]
-    if row.status in ("preset", "variant"):  # already explained: only a reproduced bug is worth naming
+    strong.sort(key=lambda m: failing != set(m.signature.get(record.function, ())) & set(row.checks))
+    return [m.label() for m in strong]
+
+
+def pattern_hints(record: Quantity, row: RowResult, mutants: list[Any] | None = None) -> list[str]:
+    """For a FAIL or ERROR row no mutant reproduces: the mutants whose failure pattern alone fits, each
+    label marked `PATTERN_ONLY` (empty when `diagnose` found a reproducing one, or for a preset row)."""
+    if row.status not in ("fail", "error") or row.consistent_with:
         return []
-    return [m.label() + PATTERN_ONLY for m in fitting]
+    return [m.label() + PATTERN_ONLY for m in _fitting(record, row, mutants)]

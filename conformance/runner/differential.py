@@ -104,6 +104,8 @@ class Outcome:
             words = ["rlspec", "repro", fn, "--seed", str(self.case.seed), "--dtype", self.dtype, "--adapter", ref]
             if self.kind.startswith("invariant:"):
                 words += ["--invariant", self.kind.split(":", 1)[1]]
+            if not self.kwargs and self.record.question_kwargs(self.record.make_case(self.case.seed).kwargs):
+                words.append("--canonical")  # the case that varies no keyword: the seed alone would pass its drawn ones
         for k, v in self.kwargs.items():
             words += ["--kw", f"{k}={v!r}"]
         for k, v in (self.oracle_kwargs or {}).items():  # the oracle's own keywords, on top of --kw
@@ -332,7 +334,25 @@ def adapter_function(outcome: Outcome, adapter: LoadedAdapter) -> Any:
     if offending:
         mark_not_implemented(outcome, _fmt(offending), "declared in unsupported_kwargs")
         return None
+    absent = _keywords_not_taken(fn, outcome.kwargs)
+    if absent:
+        mark_not_implemented(outcome, _fmt(absent), "the function takes no such keyword")
+        return None
     return fn
+
+
+def _keywords_not_taken(fn: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of `kwargs` that `fn`'s signature cannot take (no such parameter and no **kwargs): an
+    adapter offering only some keywords need not declare the others."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or an object without a signature: called as it is
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return {}
+    return {k: v for k, v in kwargs.items() if k not in params}
 
 
 def mark_not_implemented(outcome: Outcome, keywords: str, reason: str) -> Outcome:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from conformance.records import RECORDS, Quantity, cases
-from conformance.runner.diagnosis import diagnose
+from conformance.runner.diagnosis import diagnose, pattern_hints
 from conformance.runner.options import RunOptions
 from conformance.runner.partition import partition_rows
 from conformance.runner.protocol import Adapter, LoadedAdapter
@@ -44,6 +44,7 @@ def core_row(record: Quantity, adapter: Adapter, ref: str, options: RunOptions,
     if options.diagnose and row.status in ("fail", "error", "preset", "variant"):
         try:
             row.consistent_with = diagnose(record, row)
+            row.pattern_hints = pattern_hints(record, row)
         except Exception as exc:  # noqa: BLE001 - a diagnosis problem must not hide the verdict
             row.consistent_with = [f"(diagnosis failed: {type(exc).__name__}: {exc})"]
     return row

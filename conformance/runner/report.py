@@ -155,9 +155,9 @@ def cell_with_counts(row: RowResult) -> str:
     return cell(row) + (f" [{counts}]" if counts else "")
 
 
-def row_details(row: RowResult) -> list[str]:
+def row_details(row: RowResult, explain: bool = False) -> list[str]:
     """What the table's cell stands for: message, reproduce line, bugs it is consistent with,
-    keyword values not implemented."""
+    keyword values not implemented; with `explain`, the weaker failure-pattern-only hints too."""
     lines = row.message.splitlines() if row.message else []
     if row.reproduce and row.reproduce not in row.message:
         lines.append(f"Reproduce: {row.reproduce}")
@@ -169,6 +169,10 @@ def row_details(row: RowResult) -> list[str]:
             lines.append(f"     Reproduce: {mode['reproduce']}")
     if row.consistent_with:
         lines.append("consistent with: " + "; ".join(row.consistent_with))
+    if row.pattern_hints and explain:
+        lines.append("failure pattern also fits (outputs not reproduced, a weak hint): " + "; ".join(row.pattern_hints))
+    elif row.pattern_hints:
+        lines.append(f"({len(row.pattern_hints)} weaker hint(s) whose failure pattern alone fits: rlspec check --explain)")
     if row.not_implemented_cases:
         lines.append("not implemented: " + "; ".join(row.not_implemented_cases) + " (the rest of the row was checked)")
     lines += [f"note: {n}" for n in row.notes]
@@ -196,7 +200,7 @@ def row_label(row: RowResult) -> str:
     return row.function if row.id == f"{row.function}@{row.adapter}" else row.id
 
 
-def render_table(report: Report) -> str:
+def render_table(report: Report, explain: bool = False) -> str:
     adapters, functions, by_key = _grid(report)
     spec_of = {row_label(r): r.spec_id for r in report.rows}
     header = ["spec id", "check", *adapters]
@@ -217,7 +221,7 @@ def render_table(report: Report) -> str:
         lines.append("")
         for r in details:
             lines.append(f"{row_label(r)} @ {r.adapter}: {cell(r)}")
-            lines += ["    " + line for line in row_details(r)]
+            lines += ["    " + line for line in row_details(r, explain)]
     precise = [r for r in report.rows if r.precision_findings]
     if precise:
         lines += ["", "Precision findings (semantics as in the table; outputs coarser than the input dtype):"]

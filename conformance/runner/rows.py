@@ -49,6 +49,8 @@ class RowResult:
     max_rel_err: float = float("nan")
     message: str = ""
     consistent_with: list[str] = field(default_factory=list)
+    # weaker hints: mutants whose failure pattern alone fits (outputs not reproduced); shown by --explain
+    pattern_hints: list[str] = field(default_factory=list)
     checks: dict[str, str] = field(default_factory=dict)
     n_cases: int = 0
     # the cases the verdict rests on, per family (CASE_FAMILIES); empty for a row built by hand

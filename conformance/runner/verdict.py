@@ -115,6 +115,9 @@ def _trials(record: Quantity, adapter: LoadedAdapter, seeds: list[int], golden: 
             trials.append(trial("invariant:partition", case, dtypes[0]))
         if record.stop_grad_args and adapter.array_api == "torch":
             trials.append(trial("invariant:detached", case, dtypes[0]))
+    for case in alone_cases(record, seeds):
+        for dtype in dtypes:
+            trials.append(trial("property", case, dtype))
     for case in golden:
         trials.append(trial("golden", case, "float64" if "float64" in dtypes else dtypes[0]))
     if adapter.accepts_variants:
@@ -124,6 +127,40 @@ def _trials(record: Quantity, adapter: LoadedAdapter, seeds: list[int], golden: 
                 kw = record.preset_kwargs(name, case.kwargs)
                 trials.append(Trial(f"preset:{name}", case, "float32" if "float32" in dtypes else dtypes[0], kw))
     return trials
+
+
+def _golden_under_presets(record: Quantity, golden: list[cases.Case], names: list[str], dtypes: list[str]) -> list[Trial]:
+    """Every golden vector with each named preset's keywords on top of its own (the adapter and the oracle
+    both get them): the golden checks of an adapter that offers only its presets' forms."""
+    dtype = "float64" if "float64" in dtypes else dtypes[0]
+    out = []
+    for name in names:
+        for case in golden:
+            kw = {**record.question_kwargs(case.kwargs), **record.required_kwargs(case.kwargs), **record.presets[name]}
+            out.append(Trial("golden", case, dtype, kw))
+    return out
+
+
+def alone_cases(record: Quantity, seeds: list[int]) -> list[cases.Case]:
+    """Property cases that vary one question keyword at a time from the canonical defaults (the seeded
+    cases vary them all together): one with every question keyword at its default, then one per question
+    keyword with only that one drawn, each on the inputs of the next seed. A keyword left out is not
+    passed at all (the adapter's default is the canonical one), so an adapter offering only some keywords,
+    or none, still gets cases. Keywords without a default (`mode`, `norm_length`) are always passed."""
+    if not record.question or not seeds:
+        return []
+    out: list[cases.Case] = []
+    for i, key in enumerate((None, *record.question)):
+        base = record.make_case(seeds[i % len(seeds)])
+        required = record.required_kwargs(base.kwargs)
+        if key is not None and (key in required or key not in base.kwargs
+                                or base.kwargs[key] == record.keyword(key).default):
+            continue  # passed in every case anyway, or drawn at its default: the canonical case covers it
+        kept = {k: v for k, v in base.kwargs.items() if k not in record.question or k in required or k == key}
+        if any(record.question_kwargs(c.kwargs) == record.question_kwargs(kept) for c in out):
+            continue
+        out.append(dataclasses.replace(base, kwargs=kept))
+    return out
 
 
 @dataclass
@@ -262,7 +299,8 @@ def check_row(
         row.status = "not_implemented"
         row.message = f"adapter dtypes {adapter.dtypes_for(record.function)} share none with {record.function}'s {record.dtypes}"
         return row
-    trials = _trials(record, adapter, seeds, golden, fixed)
+    golden_list = list(golden)
+    trials = _trials(record, adapter, seeds, golden_list, fixed)
     skipped: list[str] = []
     if skip is not None:
         reasons = [(t, skip(t.case)) for t in trials]
@@ -292,6 +330,19 @@ def check_row(
     semantic = [t for t in compared if not t.kind.startswith("preset:")]
     preset_checks = [t for t in compared if t.kind.startswith("preset:")]
     metamorphic = [t for t in trials if t.metamorphic]
+    if not semantic and preset_checks and absent:
+        # the canonical form is not offered, only the presets' (e.g. GSPO's token form): a variant never
+        # hides a canonical failure, so every golden vector runs under each preset the adapter answered
+        names = sorted({t.kind.split(":", 1)[1] for t in preset_checks})
+        under = _call(record, adapter, _golden_under_presets(record, golden_list, names, _dtypes(record, adapter)),
+                      ref, on_trial, skip_invalid=True)
+        under = [t for t in under if t.outcome.status != "not_implemented"]
+        errors += [t.outcome for t in under if t.outcome.status == "error"]
+        broken += [t.outcome for t in under if t.outcome.contract]
+        semantic = [t for t in under if t.outcome.status != "error" and not t.outcome.contract]
+        row.notes.append(f"canonical form not offered: every case without a preset's keywords was refused, so the "
+                         f"row is judged under preset(s) {', '.join(names)} (their checks, and every golden vector "
+                         "run with their keywords)")
 
     # 2. the semantics, and the precision it is met at
     sem = _semantics(record, semantic, _candidates(record, fixed, prefer), strict_precision)
@@ -312,6 +363,8 @@ def check_row(
     preset_judged = [(t, t.judged({}, sem.klass(t))) for t in preset_checks]
     for t, o in preset_judged:
         row.checks[t.kind] = _worse(row.checks.get(t.kind, "pass"), o.status)
+        if o.status == "fail":
+            o.message = "\n".join(x for x in (o.message, preset_diff(record, t, sem.klass(t))) if x)
 
     # evidence of a bug: what misses at the precision the adapter meets (never a rounding difference,
     # even when --strict-precision judged the row at the input dtype's class)
@@ -436,8 +489,37 @@ def failure_modes(groups: list[tuple[str, list[Outcome]]]) -> list[FailureMode]:
     return modes
 
 
+def preset_diff(record: Quantity, trial: Trial, klass: str) -> str:
+    """Why a `preset:<name>` check failed, keyword by keyword: the preset's keywords the adapter was passed,
+    and for each one whether the outputs match the oracle with that keyword at its canonical default (the
+    adapter ignores it) or at another value of the record's grid (the adapter computes it differently)."""
+    name = trial.kind.split(":", 1)[1]
+    preset = record.presets.get(name, {})
+    base = trial.oracle_base()
+    lines = [f"preset {name} tried: the adapter was passed {_fmt_kwargs(preset)}"]
+    found = []
+    for key, value in preset.items():
+        default = record.keyword(key).default
+        alternatives = [default] + [v for v in record.variants.get(key, ()) if v not in (value, default)]
+        for alt in alternatives:
+            if alt == value:
+                continue
+            try:
+                outcome = trial.judged({**base, key: alt}, klass)
+            except ValueError:  # not a valid keyword set with the others: no explanation
+                continue
+            if outcome.status == "pass":
+                how = "ignores it (computes the canonical " if alt == default else "computes it as "
+                found.append(f"{key}={value!r}: the outputs match {key}={alt!r}: the adapter {how}{key}={alt!r}"
+                             + (")" if alt == default else ""))
+                break
+        else:
+            found.append(f"{key}={value!r}: taken as passed (no other value of {key} alone explains the outputs)")
+    return "\n".join(lines + ["  " + f for f in found])
+
+
 def _call(record: Quantity, adapter: LoadedAdapter, trials: list[Trial], ref: str | None,
-          on_trial: Callable[[str], None] | None) -> list[Trial]:
+          on_trial: Callable[[str], None] | None, skip_invalid: bool = False) -> list[Trial]:
     """Run the oracle-compared trials (one adapter call each); the ones that compared something or
     said why not (ill-conditioned cases and unsupported dtypes are dropped)."""
     kept = []
@@ -447,7 +529,7 @@ def _call(record: Quantity, adapter: LoadedAdapter, trials: list[Trial], ref: st
         try:
             t.outcome = t.run(record, adapter, ref=ref)
         except ValueError:
-            if t.kind.startswith("preset:"):  # the case's keywords and the preset's make an invalid set
+            if skip_invalid or t.kind.startswith("preset:"):  # the case's keywords and the preset's: an invalid set
                 continue  # (e.g. bound="absolute" with verl's relative CISPO eps): not a question
             raise
         if t.outcome.status not in ("ill_conditioned", "unsupported"):

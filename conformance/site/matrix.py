@@ -321,6 +321,7 @@ def detail_html(column: Column, row: dict[str, Any], links: Links, *, level: int
     elif row.get("matched_kwargs"):
         prints.append(f"matches the variant <code>{esc(_kwargs(row['matched_kwargs']))}</code>, not canonical")
     prints += [f"consistent with {fingerprint_html(t, links)}" for t in row.get("consistent_with") or []]
+    prints += [f"weak hint, failure pattern only: {fingerprint_html(t, links)}" for t in row.get("pattern_hints") or []]
     if prints:
         out.append(f'<{sub}>Fingerprint</{sub}><ul class="fingerprint">' + "".join(f"<li>{p}</li>" for p in prints) + "</ul>")
     if row.get("message"):

@@ -269,3 +269,54 @@ def scalar_policy_loss_without_kl() -> types.SimpleNamespace:
     ns = _base("scalar_policy_loss_without_kl", policy_loss=refimpl.policy_loss)
     ns.unsupported_kwargs = {"policy_loss": {"kl_coef": lambda coef: coef != 0}}
     return ns
+
+
+def _ppo_canonical_only(logp, old_logp, advantages, mask):
+    """The refimpl's PPO loss at the canonical clip range only: the function takes no keyword at all."""
+    return refimpl.ppo_token_loss(logp, old_logp, advantages, mask)
+
+
+def canonical_keywords_only() -> types.SimpleNamespace:
+    """ppo_token_loss offering no keyword (eps_low, eps_high, dual_clip stay at their canonical defaults):
+    every case passing one raises TypeError; the cases that pass none are its verdict."""
+    return _base("canonical_keywords_only", ppo_token_loss=_ppo_canonical_only)
+
+
+def _ppo_ignoring_dual_clip(logp, old_logp, advantages, mask, *, dual_clip=None, **kwargs):
+    """The refimpl's PPO loss, accepting every keyword and silently dropping dual_clip."""
+    return refimpl.ppo_token_loss(logp, old_logp, advantages, mask, **kwargs)
+
+
+def ignores_a_preset_keyword() -> types.SimpleNamespace:
+    """ppo_token_loss with accepts_variants: every preset's keywords are passed, and dual_clip is ignored."""
+    ns = _base("ignores_a_preset_keyword", ppo_token_loss=_ppo_ignoring_dual_clip)
+    ns.accepts_variants = True
+    return ns
+
+
+def _gspo_token_form_only(logp, old_logp, advantages, mask, *, form="sequence", **kwargs):
+    """GSPO in verl's per-token form only (form="token_sg"); the canonical sequence form is not offered."""
+    if form != "token_sg":
+        raise NotImplementedError("only the token_sg form")
+    return refimpl.gspo_token_loss(logp, old_logp, advantages, mask, form=form, **kwargs)
+
+
+def _gspo_token_form_only_nan(logp, old_logp, advantages, mask, **kwargs):
+    """The same, NaN on every row without a valid token (a per-row mean over zero tokens)."""
+    out = _gspo_token_form_only(logp, old_logp, advantages, mask, **kwargs)
+    empty = ~mask.any(dim=-1, keepdim=True)
+    return torch.where(empty, torch.full_like(out, float("nan")), out)
+
+
+def lacks_the_canonical_form() -> types.SimpleNamespace:
+    """gspo_token_loss offering only the token_sg form, correct there (accepts_variants)."""
+    ns = _base("lacks_the_canonical_form", gspo_token_loss=_gspo_token_form_only)
+    ns.accepts_variants = True
+    return ns
+
+
+def lacks_the_canonical_form_nan() -> types.SimpleNamespace:
+    """gspo_token_loss offering only the token_sg form, NaN on empty rows there."""
+    ns = _base("lacks_the_canonical_form_nan", gspo_token_loss=_gspo_token_form_only_nan)
+    ns.accepts_variants = True
+    return ns

@@ -22,7 +22,7 @@ def _row(adapter: str, function: str, spec_id: str, status: str, *, id: str | No
     row = {
         "id": id or f"{function}@{adapter}", "spec_id": spec_id, "function": function, "adapter": adapter,
         "status": status, "matched_preset": None, "matched_kwargs": None, "max_abs_err": None, "max_rel_err": None,
-        "message": "", "consistent_with": [], "checks": {"property": status if status in ("pass", "fail") else "pass"},
+        "message": "", "consistent_with": [], "pattern_hints": [], "checks": {"property": status if status in ("pass", "fail") else "pass"},
         "n_cases": 3, "counts": {"property": 3, "golden": 0, "invariant": 0, "preset": 0}, "thin": False, "notes": [],
         "seeds": [11, 12], "seconds": 0.01, "precision": {}, "precision_findings": [],
         "not_implemented_cases": [], "reproduce": "", "failures": [],

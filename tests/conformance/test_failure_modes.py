@@ -81,3 +81,35 @@ def test_a_small_failing_case_prints_its_inputs_expected_and_actual_values(capsy
     assert code == 1
     for label in ("input logp: [[", "input mask: [[", "expected value: [[", "actual value: [["):
         assert label in out, out
+
+
+def test_a_failing_preset_check_names_the_keyword_the_adapter_ignored():
+    row = row_of("ignores_a_preset_keyword", "loss.ppo")
+    assert row.status == "fail"
+    (mode,) = [m for m in row.failures if m["kind"] == "preset"]
+    assert mode["checks"] == ["preset:verl"]  # the only preset passing dual_clip
+    assert "preset verl tried: the adapter was passed dual_clip=3.0, log_ratio_clamp=20.0" in row.message
+    assert "dual_clip=3.0: the outputs match dual_clip=None: the adapter ignores it" in row.message
+    assert "log_ratio_clamp=20.0: taken as passed" in row.message
+
+
+def test_pattern_only_hints_are_behind_explain(capsys):
+    argv = ["check", "--adapter", f"{EXAMPLES}:ignores_a_preset_keyword", "--only", "loss.ppo", "--no-progress",
+            "--isolate", "never"]
+    assert main(argv) == 1
+    plain = capsys.readouterr().out
+    assert main(argv + ["--explain"]) == 1
+    explained = capsys.readouterr().out
+    assert "failure pattern only" not in plain and "rlspec check --explain" in plain
+    assert "failure pattern also fits (outputs not reproduced, a weak hint)" in explained
+
+
+def test_a_preset_never_hides_a_failure_of_a_framework_without_the_canonical_form():
+    honest = row_of("lacks_the_canonical_form", "loss.gspo")
+    buggy = row_of("lacks_the_canonical_form_nan", "loss.gspo")
+    for row in (honest, buggy):
+        assert any(n.startswith("canonical form not offered") and "skyrl, verl" in n for n in row.notes), row.notes
+        assert row.counts["golden"] > 0  # the golden vectors ran, under the presets' keywords
+    assert honest.status == "pass", honest.message
+    assert buggy.status == "fail" and "NaN" in buggy.message
+    assert "--kw" in buggy.reproduce and "form='token_sg'" in buggy.reproduce  # under the preset's keywords

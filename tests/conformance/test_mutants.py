@@ -23,6 +23,7 @@ from conformance.runner.options import RunOptions
 from conformance.runner.diagnosis import PATTERN_ONLY, signature_fits
 from conformance.mutants import all_mutants, by_name, discover, mutants_table_markdown
 from conformance.records import BY_FUNCTION
+from conformance.runner import report as reports
 from conformance.runner.rows import RowResult
 
 MUTANTS = all_mutants()
@@ -235,8 +236,13 @@ def test_unknown_bug_gets_pattern_only_hints_or_nothing():
 
     row = _row(_torch_adapter("odd", gae=gae), "adv.gae")
     assert row.status == "fail"
-    assert row.consistent_with and all(c.endswith(PATTERN_ONLY) for c in row.consistent_with)
-    assert by_name("gae_reset_at_tool_mask").label() + PATTERN_ONLY in row.consistent_with
+    assert row.consistent_with == []  # nothing reproduces the outputs: no diagnosis shown
+    assert row.pattern_hints and all(c.endswith(PATTERN_ONLY) for c in row.pattern_hints)
+    assert by_name("gae_reset_at_tool_mask").label() + PATTERN_ONLY in row.pattern_hints
+    shown, explained = reports.row_details(row), reports.row_details(row, explain=True)
+    assert not any(PATTERN_ONLY in line for line in shown)
+    assert any("rlspec check --explain" in line for line in shown)
+    assert any(by_name("gae_reset_at_tool_mask").label() in line for line in explained)
 
 
 def test_signature_fit_compares_metamorphic_checks_exactly():

@@ -39,14 +39,19 @@ def test_counts_per_family_follow_from_the_dtypes_seeds_and_vectors():
     gae, grpo = rows["gae"], rows["grpo_advantages"]
     assert gae.status == grpo.status == "pass", (gae.message, grpo.message)
     assert set(gae.counts) == set(CASE_FAMILIES)
-    # gae declared float64 only; grpo_advantages the "*" default, float64 and float32: 3 seeds each
-    assert gae.counts["property"] == 3 and grpo.counts["property"] == 6
+    # gae declared float64 only; grpo_advantages the "*" default, float64 and float32: per dtype, the 3 seeded
+    # cases and the one-keyword-at-a-time cases
+    from conformance.runner.rows import seeds_for
+    from conformance.runner.verdict import alone_cases
+
+    per_dtype = {f: 3 + len(alone_cases(BY_FUNCTION[f], seeds_for(f, 0, 3))) for f in ("gae", "grpo_advantages")}
+    assert gae.counts["property"] == per_dtype["gae"] and grpo.counts["property"] == 2 * per_dtype["grpo_advantages"]
     # every golden vector of the function runs (no adapter-side refusal, none ill-conditioned for refimpl)
     assert gae.counts["golden"] == golden_on_disk("gae")
     assert grpo.counts["golden"] == golden_on_disk("grpo_advantages")
     assert gae.counts["preset"] == grpo.counts["preset"] == 0  # accepts_variants is off
     assert not gae.thin and not grpo.thin
-    assert reports.counts_label(gae) == f"3/{golden_on_disk('gae')}/{gae.counts['invariant']}/0"
+    assert reports.counts_label(gae) == f"{per_dtype['gae']}/{golden_on_disk('gae')}/{gae.counts['invariant']}/0"
 
 
 def test_a_pass_resting_on_golden_vectors_alone_is_thin_and_says_so(tmp_path):
@@ -121,3 +126,25 @@ def test_unsupported_kwargs_takes_a_predicate():
     refused = {float(c.split(":")[0].removeprefix("kl_coef=")) for c in row.not_implemented_cases}
     assert refused and 0.0 not in refused, row.not_implemented_cases
     assert row.counts["property"] > 0  # the cases with kl_coef = 0 ran
+
+
+def test_an_adapter_offering_only_the_canonical_keywords_gets_property_cases(capsys):
+    from conformance.cli import main
+    from conformance.runner.verdict import alone_cases
+    from conformance.runner.rows import seeds_for
+
+    record = BY_FUNCTION["ppo_token_loss"]
+    seeds = seeds_for("ppo_token_loss", 0, 8)
+    canonical = [c for c in alone_cases(record, seeds) if not record.question_kwargs(c.kwargs)]
+    assert len(canonical) == 1  # one case varies no keyword; the others vary one each
+    assert all(len(record.question_kwargs(c.kwargs)) <= 1 for c in alone_cases(record, seeds))
+    (row,) = rows_of("canonical_keywords_only", "loss.ppo", n_seeds=8).values()
+    # the case passing no keyword ran in each of the three dtypes and matched the spec; the keywords the
+    # function's signature cannot take are "not implemented", not errors
+    assert row.status == "pass" and not row.failures, row.message
+    assert row.counts["property"] == 3, row.counts
+    assert row.not_implemented_cases and all("the function takes no such keyword" in c for c in row.not_implemented_cases)
+    assert reports.cell(row).startswith("pass (partial")
+    code = main(["repro", "ppo_token_loss", "--seed", str(canonical[0].seed), "--canonical", "--adapter",
+                 f"{EXAMPLES}:canonical_keywords_only"])
+    assert code == 0 and "status: pass" in capsys.readouterr().out
