@@ -41,8 +41,9 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     'grpo_advantages': 'preset',
     # RayPPOTrainer.apply_reward_kl_penalty driven (rewards - max(0, coef) * compute_approx_kl): canonical
     'rlhf_token_rewards': 'pass',
-    # the recursion runs over every position (:1274-1278): a masked tool token inside a completion is a step
-    # (golden gae/multi-turn-gap-*); 'partial': a mask sum <= 1 makes masked_whiten raise
+    # on SkyRL's own layout (responses right-aligned, response_mask over the whole response, TR:917): a masked
+    # tool token inside a response is a step of the recursion (:1274-1278; golden gae/multi-turn-gap-*);
+    # 'partial': a mask sum <= 1 makes masked_whiten raise
     'gae': 'fail',
     'whiten': 'pass',  # 'partial': masked_whiten raises for a mask sum of 0 or 1 (:135-140)
     'kl_penalty': 'preset',  # k3 clamped (:110-117): preset ms_swift, skyrl, verl; canonical k1/k2
@@ -120,9 +121,10 @@ EXTRA = {  # row id -> (status, matched preset)
     'skyrl.worker_loss[regular,token_mean,kl_estimator_type=k2]': ('preset', 'skyrl'),
     'skyrl.ppo_critic_loss[value_clip=0.2]': ('pass', None),
     'skyrl.ppo_critic_loss[value_clip=None]': ('pass', None),
-    # gamma = lambda = 1 telescopes (the masked steps cancel); 0.99 / 0.95 shows the recursion over masked positions
-    'skyrl.compute_gae_advantage_return[gamma=1,lambd=1,zeros at masked positions]': ('pass', None),
-    'skyrl.compute_gae_advantage_return[gamma=1,lambd=1,garbage at masked positions]': ('pass', None),
+    # the whitening over response_mask counts the batch's masked tool token too (:1282), at every gamma and lambda;
+    # 0.99 / 0.95 also shows it as a step of the recursion
+    'skyrl.compute_gae_advantage_return[gamma=1,lambd=1,zeros at masked positions]': ('fail', None),
+    'skyrl.compute_gae_advantage_return[gamma=1,lambd=1,garbage at masked positions]': ('fail', None),
     'skyrl.compute_gae_advantage_return[gamma=0.99,lambd=0.95,zeros at masked positions]': ('fail', None),
     'skyrl.compute_gae_advantage_return[gamma=0.99,lambd=0.95,garbage at masked positions]': ('fail', None),
     'skyrl.reinforce++[gamma=1,loss batch]': ('preset', 'skyrl'),
@@ -225,29 +227,40 @@ def test_finding_batch_normalize_takes_the_mean_over_padding(adapter):
 
 
 @pytest.mark.frameworks
-def test_finding_gae_runs_over_masked_positions(adapter):
-    """compute_gae_advantage_return runs delta = r_t + gamma V_{t+1} - V_t over every position (ppo_utils.py:
-    1274-1278), never reading the mask: a masked tool token inside a completion is a step, and the last valid
-    token bootstraps from the value at the next (padding) position, which SkyRL's critic does not mask
-    (workers/model_wrapper.py:499-505).
-    Gap: mask [0, 1, 0, 1], r = [., 0, ., 1], V = [., 0.5, 0, 0.5], gamma 1, lambda 0.5. The spec skips the gap:
-    A_3 = 0.5, A_1 = (0 + 0.5 - 0.5) + 0.5 * 0.5 = 0.25. SkyRL: A_3 = 0.5, A_2 = 0.5 + 0.5 * 0.5 = 0.75,
-    A_1 = (0 + 0 - 0.5) + 0.5 * 0.75 = -0.125.
-    Padding: mask [0, 1, 1, 0], r = [., 0, 1, .], V = [., 0.5, 0.5, 7 (the critic at padding)], gamma 1, lambda
-    0.5: SkyRL's return at token 2 is A_2 + V_2 = (1 + 7 - 0.5 + 0.5 * (0 - 7)) + 0.5 = 4.5, the spec's 1."""
+def test_finding_gae_counts_a_masked_tool_token_inside_a_response_as_a_step(adapter):
+    """SkyRL's trainer sets response_mask to 1 on every response token (preprocess.py:130, trainer.py:917) and
+    the loss mask to 0 on tool and observation tokens; compute_gae_advantage_return runs delta = r_t +
+    gamma V_{t+1} - V_t over every position (ppo_utils.py:1274-1278) and whitens over response_mask (:1282).
+    A masked tool token inside a response is therefore a step, with the critic's value there and reward 0.
+    mask [0, 1, 0, 1] (position 2 a tool token), r = [., 0, ., 1], V = [., 0.5, 0, 0.5], gamma 1, lambda 0.5.
+    The spec skips the tool token: A_3 = 0.5, A_1 = (0 + 0.5 - 0.5) + 0.5 * 0.5 = 0.25. SkyRL: A_3 = 0.5,
+    A_2 = 0.5 + 0.5 * 0.5 = 0.75, A_1 = (0 + 0 - 0.5) + 0.5 * 0.75 = -0.125."""
     m = np.array([[False, True, False, True]])
     r = np.array([[0.0, 0.0, 0.0, 1.0]], dtype=F32)
     v = np.array([[0.0, 0.5, 0.0, 0.5]], dtype=F32)
     adv, _ = adapter.gae(r, v, m, gamma=1.0, lam=0.5)
     np.testing.assert_allclose(adv, [[0.0, -0.125, 0.0, 0.5]], atol=1e-7)
     np.testing.assert_allclose(oracle.gae(r.astype(float), v.astype(float), m, gamma=1.0, lam=0.5)[0], [[0, 0.25, 0, 0.5]], atol=1e-12)
+
+
+@pytest.mark.frameworks
+def test_no_finding_gae_never_bootstraps_from_padding_in_real_use(adapter):
+    """SkyRL right-aligns every response (preprocess.py:60-80, :130): the last valid token sits in the last
+    column, whose next value is 0 (ppo_utils.py:1275), so the critic's output at padding never enters GAE. A spec
+    batch with padding after the response, laid out as SkyRL's trainer lays it out, gets the spec's value
+    (mask [0, 1, 1, 0], r = [., 0, 1, .], V = [., 0.5, 0.5, 7 at the padding], gamma 1, lambda 0.5: returns
+    [., 0.75, 1, .]). Only a caller that hands SkyRL's function a left-aligned response (never its trainer)
+    would see the padding value: 4.5 at token 2."""
     m = np.array([[False, True, True, False]])
     r = np.array([[0.0, 0.0, 1.0, 0.0]], dtype=F32)
     v = np.array([[0.0, 0.5, 0.5, 7.0]], dtype=F32)
+    _, ret = adapter.gae(r, v, m, gamma=1.0, lam=0.5)
+    expected = oracle.gae(r.astype(float), v.astype(float), m, gamma=1.0, lam=0.5)[1]
+    np.testing.assert_allclose(expected, [[0.0, 0.75, 1.0, 0.0]], atol=1e-12)
+    np.testing.assert_allclose(ret, expected, atol=1e-6)
     out = adapter.call("advantages", {"token_level_rewards": r, "values": v, "response_mask": m.astype(F32)},
                        {"name": "gae", "gamma": 1.0, "lambd": 0.5})["outputs"]
-    assert float(out["returns"][0, 2]) == pytest.approx(4.5)
-    assert oracle.gae(r.astype(float), np.where(m, v, 0).astype(float), m, gamma=1.0, lam=0.5)[1][0, 2] == pytest.approx(1.0)
+    assert float(out["returns"][0, 2]) == pytest.approx(4.5)  # left-aligned: not what the trainer builds
 
 
 @pytest.mark.frameworks

@@ -19,7 +19,7 @@ What is called (``S`` = ``skyrl/backends/skyrl_train/utils/ppo_utils.py``, ``SO`
 | ``rloo_advantages`` | idem ``"rloo"`` (:1203) |
 | ``maxrl_advantages`` | idem ``"maxrl"`` (:1340) |
 | ``reinforce_pp_advantages`` | idem ``"reinforce++"`` (:1168): (advantages, returns) |
-| ``gae`` | idem ``"gae"`` (:1256): ``returns``; advantages = ``returns - values`` (SkyRL whitens its advantages, :1281-1282, and forms returns before, :1281) |
+| ``gae`` | idem ``"gae"`` (:1256) on SkyRL's own layout (``response_layout``): ``returns``; advantages = ``returns - values`` (SkyRL whitens its advantages, :1281-1282, and forms returns before, :1281) |
 | ``whiten`` | ``S::masked_whiten`` (:146) |
 | ``kl_penalty`` | ``S::compute_approx_kl`` (:88) with ``loss_mask``, ``kl_estimator_type`` k1/k2/k3 |
 | ``kl_loss_term`` | the same, k1/k2/k3/``abs`` with the estimator's own gradient (SkyRL's only form) |
@@ -54,6 +54,9 @@ Conventions this adapter converts (the checks never do):
 - SkyRL's losses take response tensors ``[B, R]`` with a float ``loss_mask``; the spec's ``[B, T]``
   token-aligned arrays are passed as the response, with ``mask`` as ``loss_mask``. Masked inputs are sent as
   0 and masked outputs are returned as 0 (``conformance/frameworks/spec_io.py``).
+- ``gae`` is called on the layout SkyRL's trainer builds (``layout.py``): each response right-aligned, its
+  ``response_mask`` 1 over the whole response (the masked tool tokens inside included, with the critic's
+  value there and reward 0), the outputs moved back to the spec's columns.
 - ``[B]`` advantages are broadcast over the tokens. Groups become ``index`` (``str(b // group_size)``, the
   trainer's uids); outcome rewards are ``token_level_rewards`` ``[B, 1]`` (SkyRL's estimators sum the row).
 - ``AlgorithmConfig`` fields: ``eps_low``/``eps_high`` -> ``eps_clip_low``/``eps_clip_high``; ``dual_clip``
@@ -84,6 +87,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from conformance.frameworks import spec_io as io
+from conformance.frameworks.skyrl.layout import response_layout
 from conformance.frameworks.subprocess_adapter import SubprocessAdapter
 
 SAFE_EXP = "safe_exp_delta computes exp(clamp(d, -20, 20)) in float32, then casts back (torch_utils.py:187-192)"
@@ -198,13 +202,16 @@ class SkyRLAdapter(SubprocessAdapter):
 
     def gae_outputs(self, token_rewards: Any, values: Any, mask: Any, *, gamma: float = 1.0,
                     lam: float = 1.0) -> tuple[dict[str, np.ndarray], np.ndarray, Any]:
-        """``compute_gae_advantage_return`` as SkyRL returns it: ``{"advantages": whitened, "returns": ...}``,
+        """``compute_gae_advantage_return`` as SkyRL returns it, on the layout its trainer builds
+        (``response_layout``), mapped back to the spec's columns: ``{"advantages": whitened, "returns": ...}``,
         the mask, the rewards' dtype."""
         r, v, m = io.token_arrays("gae", mask, token_rewards=token_rewards, values=values)
-        self._whitened_by_skyrl(m)
-        arrays = {"token_level_rewards": io.clean(r, m), "values": io.clean(v, m), "response_mask": io.as_mask_of(m, r.dtype)}
+        layout = response_layout(m)
+        self._whitened_by_skyrl(layout.response_mask)
+        arrays = {"token_level_rewards": layout.place(io.clean(r, m)), "values": layout.place(v, inside=True),
+                  "response_mask": layout.response_mask.astype(r.dtype)}
         out = self._worker.call("advantages", arrays, {"name": "gae", "gamma": float(gamma), "lambd": float(lam)})["outputs"]
-        return out, m, r.dtype
+        return {k: layout.back(np.asarray(a)) for k, a in out.items()}, m, r.dtype
 
     def gae(self, token_rewards: Any, values: Any, mask: Any, *, gamma: float = 1.0, lam: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
         out, m, dtype = self.gae_outputs(token_rewards, values, mask, gamma=gamma, lam=lam)

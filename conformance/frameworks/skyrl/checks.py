@@ -41,6 +41,7 @@ import numpy as np
 import oracle
 from conformance.records.presets import preset_kwargs
 from conformance.frameworks.loss_batch import NP, loss_batch, round_batch, value_loss_candidates
+from conformance.frameworks.skyrl.layout import response_layout
 from conformance.runner.composite import Candidate, composition_row, loss_tolerances
 from conformance.records.pieces import Piece, broadcast_advantages, fmt, policy_piece, scaled
 from conformance.runner.rows import not_implemented_row
@@ -539,35 +540,41 @@ def value_row(adapter: SkyRLAdapter, seed: int, value_clip: float | None) -> Row
 
 
 def gae_row(adapter: SkyRLAdapter, seed: int, gamma: float, lam: float, garbage: bool) -> RowResult:
-    """``compute_gae_advantage_return`` (S:1256-1283) on the loss batch: SkyRL's (whitened advantages, returns)
-    against ``(whiten(gae(...).advantages, mask), gae(...).returns)`` at the valid positions. ``garbage``: the
-    masked positions hold what they hold in the batch (the critic's output at padding is not masked,
-    model_wrapper.py:499-505), else 0. A FAIL is diagnosed against the recursion over every position."""
+    """``compute_gae_advantage_return`` (S:1256-1283) on the loss batch laid out as SkyRL's trainer lays it out
+    (``response_layout``: each response right-aligned, ``response_mask`` 1 over the whole response): SkyRL's
+    (whitened advantages, returns), mapped back, against ``(whiten(gae(...).advantages, mask), gae(...).returns)``
+    at the valid positions. ``garbage``: the masked tool tokens inside a response hold the batch's values (the
+    critic's output there), else 0. A FAIL is diagnosed against the recursion and the whitening over the whole
+    response, its masked tokens included as steps (S:1274-1282)."""
     b = _batch(seed)
     m = b["mask"]
     r = np.where(m, b["token_rewards"], 0.0)  # SkyRL's rewards are 0 off the response's last token (TR:1088-1091)
     v = b["values"] if garbage else np.where(m, b["values"], 0.0)
     f = NP[DTYPE]
+    layout = response_layout(m)
+    span = layout.back(layout.response_mask)  # the whole response, in the spec's columns
+    v = np.where(span, v, 0.0)  # the leading padding feeds no response position (S:1274-1278 runs backwards)
 
     def got() -> dict[str, Any]:
-        arrays = {"token_level_rewards": r.astype(f), "values": v.astype(f), "response_mask": m.astype(f)}
+        arrays = {"token_level_rewards": layout.place(r).astype(f), "values": layout.place(v, inside=True).astype(f),
+                  "response_mask": layout.response_mask.astype(f)}
         out = adapter.call("advantages", arrays, {"name": "gae", "gamma": gamma, "lambd": lam})["outputs"]
-        return {"value": np.where(m, out["advantages"], 0.0), "returns": np.where(m, out["returns"], 0.0)}
+        return {"value": np.where(m, layout.back(out["advantages"]), 0.0),
+                "returns": np.where(m, layout.back(out["returns"]), 0.0)}
 
-    def expected(mask: np.ndarray) -> dict[str, Any]:
-        adv, ret = oracle.gae(r, v, mask, gamma=gamma, lam=lam)
-        return {"value": np.where(m, oracle.whiten(np.where(m, adv, 0.0), m), 0.0), "returns": np.where(m, ret, 0.0)}
+    def expected(steps: np.ndarray) -> dict[str, Any]:
+        adv, ret = oracle.gae(r, v, steps, gamma=gamma, lam=lam)
+        return {"value": np.where(m, oracle.whiten(np.where(steps, adv, 0.0), steps), 0.0), "returns": np.where(m, ret, 0.0)}
 
-    every = np.ones(m.shape, dtype=bool)
-    every[:, 0] = False  # the spec's first column; SkyRL's position 0 feeds no later position
     tol = {"value": tolerance("adv.whiten", DTYPE, "value"), "returns": tolerance("adv.gae", DTYPE, "value")}
     cands = [Candidate("canonical", f"(whiten(gae(gamma={gamma:g}, lam={lam:g}).advantages, mask), gae(...).returns)",
                        lambda: expected(m))]
     rid = f"skyrl.compute_gae_advantage_return[gamma={gamma:g},lambd={lam:g},{'garbage' if garbage else 'zeros'} at masked positions]"
-    label = ("the recursion over every position, masked ones included with their rewards and values: (whiten(gae(r, v, "
-             "every position after the first).advantages, mask), its returns) (S:1274-1278)")
+    label = ("the recursion and the whitening over the whole response, its masked tool tokens included as steps with "
+             "their values and reward 0: (whiten(gae(r, v, response_mask).advantages, response_mask), its returns) "
+             "(S:1274-1282, response_mask TR:917)")
     return composition_row(rid, "adv.gae+adv.whiten", "skyrl.compute_gae_advantage_return", adapter, got,
-                           _diagnosed(cands, label, lambda: expected(every)), tol, seed=seed)
+                           _diagnosed(cands, label, lambda: expected(span)), tol, seed=seed)
 
 
 def reinforce_pp_row(adapter: SkyRLAdapter, seed: int, gamma: float) -> RowResult:
