@@ -30,6 +30,8 @@ OPTIONAL: dict[str, str] = {
     "accepts_variants": "True: every spec keyword is accepted, so each preset's keywords are checked too (default False)",
     "unsupported_kwargs": "function -> {keyword: values, or a predicate value -> bool} the adapter does not offer (default {})",
     "precision_notes": "function -> a reason printed with that function's precision findings (default {})",
+    "domain": "function -> {input feature (conformance/records/tags.py TAGS): why the framework never receives it, "
+              "with a source citation}: divergences on such cases are notes, not FAILs (default {})",
     "micro_batched_loss": "the agg.partition rows' contract (default absent)",
     "micro_batched_loss_grad": "NumPy adapters: the gradient of micro_batched_loss (default absent)",
     "extra_rows": "(seed) -> list[RowResult]: the framework's own rows (default absent)",
@@ -70,6 +72,7 @@ class LoadedAdapter:
     accepts_variants: bool = False
     unsupported_kwargs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     precision_notes: Mapping[str, str] = field(default_factory=dict)
+    domain: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     micro_batched_loss: Callable[..., Any] | None = None
     micro_batched_loss_grad: Callable[..., Any] | None = None
     extra_rows: Callable[[int], list[Any]] | None = None
@@ -107,6 +110,7 @@ class LoadedAdapter:
             accepts_variants=bool(optional("accepts_variants", False)),
             unsupported_kwargs=dict(optional("unsupported_kwargs", {})),
             precision_notes=dict(optional("precision_notes", {})),
+            domain=_domain(adapter.name, optional("domain", {})),
             micro_batched_loss=optional("micro_batched_loss", None),
             micro_batched_loss_grad=optional("micro_batched_loss_grad", None),
             extra_rows=optional("extra_rows", None),
@@ -119,6 +123,11 @@ class LoadedAdapter:
     def grad_for(self, function: str) -> bool:
         """Whether `function`'s gradients are compared (its own entry of a per-function `supports_grad`)."""
         return self.function_grad.get(function, self.supports_grad)
+
+    def outside(self, function: str, tags: tuple[str, ...]) -> dict[str, str]:
+        """The declared features of `function`'s domain exclusions among a case's `tags` (tag -> why)."""
+        declared = self.domain.get(function, {})
+        return {t: declared[t] for t in tags if t in declared}
 
     def function(self, name: str) -> Callable[..., Any] | None:
         """The adapter's spec function `name`, or None when it has none."""
@@ -135,6 +144,20 @@ class LoadedAdapter:
         refused), e.g. `{"kl_coef": lambda c: c != 0}`, `{"eps_high": lambda e: e > 0.2}`."""
         declared = self.unsupported_kwargs.get(function, {})
         return {k: v for k, v in kwargs.items() if k in declared and _refuses(declared[k], v)}
+
+
+def _domain(name: str, value: Any) -> dict[str, dict[str, str]]:
+    """`domain` checked: function -> {tag: reason}, every tag one of conformance/records/tags.py's TAGS."""
+    from conformance.records.tags import TAGS
+
+    if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
+        raise AdapterError(f"adapter {name!r}: domain must map a function to {{input feature: reason}}, got {value!r}")
+    for function, features in value.items():
+        unknown = [t for t in features if t not in TAGS]
+        if unknown:
+            raise AdapterError(f"adapter {name!r}: domain[{function!r}] names unknown input feature(s) {unknown}; "
+                               f"choose from {list(TAGS)}")
+    return {str(f): {str(t): str(r) for t, r in features.items()} for f, features in value.items()}
 
 
 def _refuses(declared: Any, value: Any) -> bool:

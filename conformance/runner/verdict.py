@@ -306,6 +306,11 @@ def check_row(
         reasons = [(t, skip(t.case)) for t in trials]
         skipped = [f"{t.kind} seed {t.case.seed}: {r}" for t, r in reasons if r]
         trials = [t for t, r in reasons if not r]
+    # cases with an input feature the framework declares it never receives (`domain`): run all the same (the
+    # same vector on every framework), judged after the verdict, their divergences notes beside it
+    declared = bool(adapter.domain.get(record.function))
+    outside = [t for t in trials if declared and adapter.outside(record.function, case_tags(t.case.args))]
+    trials = [t for t in trials if t not in outside]
 
     # 1. call the adapter once per oracle-compared case
     compared = _call(record, adapter, [t for t in trials if not t.metamorphic], ref, on_trial)
@@ -386,6 +391,8 @@ def check_row(
     rels = [o.max_rel for o in everything if o.max_rel == o.max_rel]
     row.max_rel_err = max(rels) if rels else float("nan")
 
+    _judge_outside(record, adapter, outside, sem, row, ref, on_trial)
+
     # 4. every failure mode of the row (`failure_modes`), most specific cause first: a broken calling
     # contract, a broken invariant (no keyword set of the oracle can explain one), the oracle comparisons
     # nothing explains, the preset checks; the cases that raised are their own modes, beside the verdict
@@ -398,7 +405,7 @@ def check_row(
         ("preset", [o for _, o in preset_judged if o.status == "fail"]),  # a variant, but not a preset's keywords
     ])
     error_modes = failure_modes([("error", errors)])
-    row.failures = [m.to_json() for m in semantic_modes + error_modes]
+    row.failures = [m.to_json() for m in semantic_modes + error_modes] + row.failures  # the domain's notes last
     if semantic_modes:
         return _finish(row, skipped, "fail", semantic_modes[0].worst.report(), semantic_modes[0].worst)
     if error_modes and not semantic:  # every case that compared anything raised: nothing to judge
@@ -465,6 +472,8 @@ def _nature(value: float) -> str:
 def _signature(kind: str, outcome: Outcome) -> str:
     """What a failing outcome's mode is: the exception type for an error, the check for a broken invariant
     or preset check, the message for a broken contract, else which outputs miss and how."""
+    if kind == "outside":
+        return f"outside: {_signature('error', outcome) if outcome.status == 'error' else _signature('fail', outcome)}"
     if kind == "error":  # "ValueError", "gradient: ValueError", "clean inputs: ValueError: ..."
         found = _EXCEPTION.search(outcome.message)
         return f"raises {found.group(1)}" if found else "raises"
@@ -487,6 +496,30 @@ def failure_modes(groups: list[tuple[str, list[Outcome]]]) -> list[FailureMode]:
         modes += sorted((FailureMode(kind, label, members) for label, members in by.items()),
                         key=lambda m: -len(m.outcomes))
     return modes
+
+
+def _judge_outside(record: Quantity, adapter: LoadedAdapter, outside: list[Trial], sem: _Semantics, row: RowResult,
+                   ref: str | None, on_trial: Callable[[str], None] | None) -> None:
+    """Run the cases outside the adapter's declared domain, judge them under the row's semantics at its
+    precision, and note each of their failure modes ("outside the framework's domain: ...")."""
+    if not outside:
+        return
+    variant = sem.explanation.variant if sem.explanation is not None else {}
+    failing: list[Outcome] = []
+    for t in _call(record, adapter, [t for t in outside if not t.metamorphic], ref, on_trial, skip_invalid=True):
+        o = t.outcome if t.outcome.status in ("error", "not_implemented") or t.outcome.contract else t.judged(variant, sem.klass(t))
+        if o.status in ("fail", "error"):
+            failing.append(o)
+    for t in (t for t in outside if t.metamorphic):
+        t.outcome = t.run(record, adapter, ref=ref, tol_class=sem.klass(t))
+        if t.outcome.status in ("fail", "error"):
+            failing.append(t.outcome)
+    modes = failure_modes([("outside", failing)])
+    for mode in modes:
+        why = adapter.outside(record.function, tuple(t for o in mode.outcomes for t in case_tags(o.case.args)))
+        reasons = "; ".join(f"{tag}: {reason}" for tag, reason in why.items())
+        row.notes.append(f"outside the framework's domain ({reasons}): {mode.headline()}; Reproduce: {mode.worst.repro()}")
+    row.failures += [m.to_json() for m in modes]
 
 
 def preset_diff(record: Quantity, trial: Trial, klass: str) -> str:

@@ -320,3 +320,22 @@ def lacks_the_canonical_form_nan() -> types.SimpleNamespace:
     ns = _base("lacks_the_canonical_form_nan", gspo_token_loss=_gspo_token_form_only_nan)
     ns.accepts_variants = True
     return ns
+
+
+def _grpo_nan_for_a_group_of_one(rewards, group_size, **kwargs):
+    """The refimpl's GRPO advantages, NaN for a group of one (the unbiased std of one element)."""
+    if group_size == 1:
+        return torch.full_like(rewards, float("nan"))
+    return refimpl.grpo_advantages(rewards, group_size, **kwargs)
+
+
+def nan_for_a_group_of_one() -> types.SimpleNamespace:
+    """grpo_advantages, NaN for a group of one, with no domain declared: a FAIL."""
+    return _base("nan_for_a_group_of_one", grpo_advantages=_grpo_nan_for_a_group_of_one)
+
+
+def group_of_one_outside_its_domain() -> types.SimpleNamespace:
+    """The same function, declaring that its trainer never builds a group of one (its config refuses it)."""
+    ns = _base("group_of_one_outside_its_domain", grpo_advantages=_grpo_nan_for_a_group_of_one)
+    ns.domain = {"grpo_advantages": {"group of one": "the trainer's config refuses num_generations = 1 (config.py:12)"}}
+    return ns

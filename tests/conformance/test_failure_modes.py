@@ -113,3 +113,33 @@ def test_a_preset_never_hides_a_failure_of_a_framework_without_the_canonical_for
     assert honest.status == "pass", honest.message
     assert buggy.status == "fail" and "NaN" in buggy.message
     assert "--kw" in buggy.reproduce and "form='token_sg'" in buggy.reproduce  # under the preset's keywords
+
+
+def test_a_divergence_outside_the_declared_domain_is_a_note_and_the_same_vector_still_runs():
+    undeclared = row_of("nan_for_a_group_of_one", "adv.grpo")
+    declared = row_of("group_of_one_outside_its_domain", "adv.grpo")
+    assert undeclared.status == "fail" and "group of one" in undeclared.failures[0]["tags"]
+    assert declared.status == "pass", declared.message  # every in-domain case is canonical
+    (note,) = [n for n in declared.notes if n.startswith("outside the framework's domain")]
+    assert "group of one: the trainer's config refuses num_generations = 1 (config.py:12)" in note
+    assert "value NaN" in note and "Reproduce: rlspec repro grpo_advantages" in note
+    assert [m["kind"] for m in declared.failures] == ["outside"]  # listed apart, no finding counted
+    assert reports.row_findings(declared) == set()
+    # the verdict rests on the in-domain cases only: every golden vector but those with a group of one
+    from conformance.vectors.golden import cases_for
+
+    singles = sum(c.args["group_size"] == 1 for c in cases_for("grpo_advantages"))
+    assert singles > 0 and declared.counts["golden"] == len(cases_for("grpo_advantages")) - singles
+
+
+def test_a_domain_naming_an_unknown_feature_is_a_load_error():
+    import types
+
+    import pytest
+
+    from conformance.runner.protocol import AdapterError, LoadedAdapter
+
+    bad = types.SimpleNamespace(name="x", version="0", spec_version="v1", array_api="torch",
+                                domain={"grpo_advantages": {"groups of one": "typo"}})
+    with pytest.raises(AdapterError, match="unknown input feature"):
+        LoadedAdapter.of(bad)
