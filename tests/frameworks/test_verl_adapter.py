@@ -72,8 +72,10 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     # the loop rloo (core_algos.py:587-636): a one-sample group keeps its score, singleton='raw' (spec v1.1):
     # preset verl, decided by the golden vectors rloo_advantages/group-size-1 and preset-verl
     'rloo_advantages': 'preset',
-    'gae': 'pass + raises ValueError',  # masked_whiten refuses a batch with no valid token, or one
-    'whiten': 'pass + raises ValueError',
+    # masked_whiten refuses a batch with no valid token, or one (torch_functional.py:311-326): declared not
+    # offered, as for reinforce++ here and SkyRL's masked_whiten ('partial')
+    'gae': 'pass',
+    'whiten': 'pass',
     'kl_penalty': 'preset',  # verl clamps only k3: preset verl for estimator='k3', canonical otherwise
     # spec v1.1 kl.loss: estimator and "+" suffix per case, verl's k3 clamp as preset verl (= openrlhf; golden
     # vector kl_loss_term/preset-verl); also 'partial': the unbiased and bias-corrected forms have no verl name
@@ -469,11 +471,17 @@ def test_finding_opo_group_without_tokens_is_nan(adapter):
 @pytest.mark.frameworks
 def test_finding_masked_whiten_refuses_one_token(adapter):
     """masked_whiten (and so compute_gae_advantage_return) raises on a mask with 0 or 1 valid tokens
-    (torch_functional.py:311-326); the spec returns 0 / the token's own value."""
+    (torch_functional.py:311-326); the spec returns 0 / the token's own value. verl raises it itself (the
+    framework called directly); the adapter declares those cases not offered, as SkyRL's does."""
     m = np.array([[False, True, False]])
     with pytest.raises(ValueError, match="sum of the mask is one"):
-        adapter.whiten(np.array([[0.0, 3.0, 0.0]]), m)
+        adapter.call("masked_whiten", {"values": np.array([[0.0, 3.0, 0.0]]), "mask": m.astype(np.float64)},
+                     {"shift_mean": True})
     with pytest.raises(ValueError, match="At least one element"):
+        adapter.call("masked_whiten", {"values": np.zeros((1, 3)), "mask": np.zeros((1, 3))}, {"shift_mean": True})
+    with pytest.raises(NotImplementedError, match="torch_functional.py:311-326"):
+        adapter.whiten(np.array([[0.0, 3.0, 0.0]]), m)
+    with pytest.raises(NotImplementedError, match="mask sum of 0"):
         adapter.gae(np.zeros((1, 3)), np.zeros((1, 3)), np.zeros((1, 3), dtype=bool))
 
 

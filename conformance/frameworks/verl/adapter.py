@@ -21,8 +21,8 @@ What is called (verl 0.9.1; paths relative to ``verl/``):
 | ``grpo_passk_advantages`` | ``core_algos.py::compute_grpo_passk_outcome_advantage`` (:472) with ``AlgoConfig(norm_adv_by_std_in_grpo = scale == "group")`` |
 | ``gpg_advantages`` | ``core_algos.py::compute_gpg_outcome_advantage`` (:771) |
 | ``optimal_token_baseline_advantages`` | ``core_algos.py::compute_optimal_token_baseline_advantage`` (:872, ``"optimal_token_baseline"``) for ``align="position"``, ``compute_multi_turn_optimal_token_baseline_advantage`` (:991, ``"tir_optimal_token_baseline"``) for ``"valid_token"``, with ``old_log_probs``, ``sum_pi_squared`` and ``rollout_is_weights`` as the trainer passes them (``ray_trainer.py:264-276``) and ``handle_zero_tail`` = ``zero_tail``; each group laid out from its first valid column (see below) |
-| ``gae`` | ``core_algos.py::compute_gae_advantage_return`` (:216): ``returns``; advantages = ``returns - values`` (see below) |
-| ``whiten`` | ``utils/torch_functional.py::masked_whiten`` (:329) |
+| ``gae`` | ``core_algos.py::compute_gae_advantage_return`` (:216): ``returns``; advantages = ``returns - values`` (see below); a batch with at most one valid token is "not implemented" (``masked_whiten`` raises) |
+| ``whiten`` | ``utils/torch_functional.py::masked_whiten`` (:329); the same limit |
 | ``kl_penalty`` | ``core_algos.py::kl_penalty`` (:2188) with ``"k1"``, ``"k2"``, ``"k3"`` (= ``"kl"``, ``"mse"``, ``"low_var_kl"``) |
 | ``kl_loss_term`` | ``core_algos.py::kl_penalty`` (:2188) with ``"k1"``, ``"k2"``, ``"k3"``, ``"abs"`` (``gradient="estimator"``) or the same name with verl's ``"+"`` suffix (``gradient="straight_through"``, :2200-2213); verl has no ``"unbiased"`` or ``"bias_corrected"`` form (``NotImplementedError``) |
 | ``ppo_token_loss`` | ``core_algos.py::compute_policy_loss_vanilla`` (:1286): the per-token matrix it aggregates |
@@ -376,6 +376,7 @@ class VerlAdapter(SubprocessAdapter):
     def _gae(self, token_rewards: Any, values: Any, mask: Any, gamma: float, lam: float) -> tuple[dict[str, np.ndarray], np.ndarray, Any]:
         """(``compute_gae_advantage_return``'s outputs, the mask, the rewards' dtype)."""
         r, v, m = io.token_arrays("gae", mask, token_rewards=token_rewards, values=values)
+        self._whitened_by_verl(m)  # compute_gae_advantage_return whitens with masked_whiten (core_algos.py)
         arrays = {"token_level_rewards": io.clean(r, m), "values": io.clean(v, m),
                   "response_mask": io.as_mask_of(m, r.dtype)}
         out = self._worker.call("advantage", arrays, {"name": "gae", "gamma": float(gamma), "lam": float(lam)})["outputs"]
@@ -394,6 +395,7 @@ class VerlAdapter(SubprocessAdapter):
 
     def whiten(self, x: Any, mask: Any, *, shift_mean: bool = True) -> np.ndarray:
         a, m = io.token_arrays("whiten", mask, x=x)
+        self._whitened_by_verl(m)
         out = self._worker.call("masked_whiten", {"values": io.clean(a, m), "mask": io.as_mask_of(m, a.dtype)},
                                 {"shift_mean": bool(shift_mean)})["outputs"]["out"]
         return io.masked_out(out, m, a.dtype)
