@@ -143,12 +143,10 @@ def _collapse_import_errors(report: Report) -> None:
     traceback on every row: its rows are dropped and the report lists it as "load_error" with that error."""
     for info in report.adapters:
         rows = [r for r in report.rows if r.adapter == info.name and r.status != "not_implemented"]
-        found = {m.group(1) for r in rows for m in [_IMPORT_ERROR.search(r.message)] if r.status == "error" and m}
-        if info.status != "ok" or not rows or len(found) != 1 or any(r.status != "error" for r in rows):
+        found = [m.group(1) if r.status == "error" and (m := _IMPORT_ERROR.search(r.message)) else None for r in rows]
+        if info.status != "ok" or not rows or None in found or len(set(found)) != 1:
             continue
-        if not all(_IMPORT_ERROR.search(r.message) for r in rows):
-            continue
-        (error,) = found
+        error = found[0]
         info.status = "load_error"
         info.message = f"every function it implements raised {error} (the framework cannot be imported)"
         report.rows = [r for r in report.rows if r.adapter != info.name]

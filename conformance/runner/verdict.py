@@ -32,14 +32,14 @@ on `RowResult.evidence` for `conformance.runner.diagnosis`, which names the know
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from conformance.records import Quantity, cases
-from conformance.records.tags import TAGS, case_tags
+from conformance.records.tags import case_tags
 from conformance.runner.differential import BELOW, RANK, Outcome, coarser, precision_label, rejudge, run_case
+from conformance.runner.failures import failure_modes
 from conformance.runner.invariants import METAMORPHIC
 from conformance.runner.protocol import Adapter, LoadedAdapter
 from conformance.runner.rows import CASE_FAMILIES, RowResult, case_family, finite_or_none, is_thin, match_status
@@ -418,84 +418,6 @@ def check_row(
         message = "\n".join(x for x in (message, f"ERROR beside the verdict: {first.headline()}", first.worst.report()) if x)
         return _finish(row, skipped, status, message, first.worst)
     return _finish(row, skipped, status, message, None)
-
-
-@dataclass
-class FailureMode:
-    """One distinct way a row fails: the outcomes of one kind ("contract", "invariant", "fail", "preset",
-    "error") that miss the same outputs in the same way (NaN, ±inf or finite but off) or raise the same
-    exception; `worst` is the one shown (the largest difference; the first exception)."""
-
-    kind: str
-    label: str
-    outcomes: list[Outcome]
-
-    @property
-    def worst(self) -> Outcome:
-        return self.outcomes[0] if self.kind == "error" else max(self.outcomes, key=lambda o: o.max_abs)
-
-    @property
-    def tags(self) -> tuple[str, ...]:
-        """The input features every case of the mode has (`conformance.records.tags`)."""
-        each = [set(case_tags(o.case.args)) for o in self.outcomes]
-        common = set.intersection(*each) if each else set()
-        return tuple(t for t in TAGS if t in common)
-
-    def headline(self) -> str:
-        checks = sorted({o.kind for o in self.outcomes})
-        where = f"; every case has: {', '.join(self.tags)}" if self.tags else ""
-        distinct = sorted({case_tags(o.case.args) for o in self.outcomes})
-        if not self.tags and len(distinct) <= 3 and all(distinct):
-            where = "; each case has one of: " + " | ".join(", ".join(t) for t in distinct)
-        return f"{self.label} on {len(self.outcomes)} case(s) ({', '.join(checks)}{where})"
-
-    def to_json(self) -> dict[str, Any]:
-        worst = self.worst
-        first = (worst.mismatches[0].describe() if worst.mismatches else worst.message).splitlines()
-        return {"kind": self.kind, "label": self.label, "n": len(self.outcomes), "tags": list(self.tags),
-                "checks": sorted({o.kind for o in self.outcomes}), "headline": self.headline(),
-                "detail": first[0] if first else "", "case": _describe(worst), "reproduce": worst.repro()}
-
-
-def _describe(outcome: Outcome) -> str:
-    where = f"golden vector {outcome.case.note}" if outcome.kind == "golden" else f"{outcome.kind}, seed {outcome.case.seed}"
-    return f"{where}, {outcome.dtype}" + (f", {_fmt_kwargs(outcome.kwargs)}" if outcome.kwargs else "")
-
-
-_EXCEPTION = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))\b")
-
-
-def _nature(value: float) -> str:
-    return "NaN" if value != value else "inf" if abs(value) == float("inf") else "off"
-
-
-def _signature(kind: str, outcome: Outcome) -> str:
-    """What a failing outcome's mode is: the exception type for an error, the check for a broken invariant
-    or preset check, the message for a broken contract, else which outputs miss and how."""
-    if kind == "outside":
-        return f"outside: {_signature('error', outcome) if outcome.status == 'error' else _signature('fail', outcome)}"
-    if kind == "error":  # "ValueError", "gradient: ValueError", "clean inputs: ValueError: ..."
-        found = _EXCEPTION.search(outcome.message)
-        return f"raises {found.group(1)}" if found else "raises"
-    if kind == "contract":
-        return f"calling contract: {outcome.message}"
-    parts = [f"{m.what} {_nature(m.actual_at)}" + ("" if _nature(m.expected_at) == "off" else f" (expected {_nature(m.expected_at)})")
-             for m in outcome.mismatches]
-    label = ", ".join(parts) or "differs"
-    return f"{outcome.kind}: {label}" if kind in ("invariant", "preset") else label
-
-
-def failure_modes(groups: list[tuple[str, list[Outcome]]]) -> list[FailureMode]:
-    """The distinct failure modes of a row's failing outcomes, per kind in the order given, each kind's
-    modes by their number of cases (most first)."""
-    modes: list[FailureMode] = []
-    for kind, outcomes in groups:
-        by: dict[str, list[Outcome]] = {}
-        for o in outcomes:
-            by.setdefault(_signature(kind, o), []).append(o)
-        modes += sorted((FailureMode(kind, label, members) for label, members in by.items()),
-                        key=lambda m: -len(m.outcomes))
-    return modes
 
 
 def _judge_outside(record: Quantity, adapter: LoadedAdapter, outside: list[Trial], sem: _Semantics, row: RowResult,
