@@ -75,7 +75,4 @@ def case_tags(args: dict[str, Any]) -> tuple[str, ...]:
     return tuple(t for t in TAGS if t in found)
 
 
-DEGENERATE = ("no valid token", "empty row", "one-token row", "group of one")
-
-
-__all__ = ["TAGS", "DEGENERATE", "case_tags"]
+__all__ = ["TAGS", "case_tags"]

@@ -14,6 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from conformance.records import BY_FUNCTION
+from conformance.records.tags import TAGS
+
 # The input dtypes checked when an adapter declares no `dtypes`, by `array_api`.
 DEFAULT_DTYPES: dict[str, tuple[str, ...]] = {
     "torch": ("float64", "float32", "bfloat16"),
@@ -147,11 +150,11 @@ class LoadedAdapter:
 
 
 def _domain(name: str, value: Any) -> dict[str, dict[str, str]]:
-    """`domain` checked: function -> {tag: reason}, every tag one of conformance/records/tags.py's TAGS."""
-    from conformance.records.tags import TAGS
-
+    """`domain` checked: function -> {tag: reason}, every function a spec function, every tag one of
+    conformance/records/tags.py's TAGS."""
     if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
         raise AdapterError(f"adapter {name!r}: domain must map a function to {{input feature: reason}}, got {value!r}")
+    _known_functions(name, "domain", value, ())
     for function, features in value.items():
         unknown = [t for t in features if t not in TAGS]
         if unknown:
@@ -179,9 +182,18 @@ def _per_function(name: str, attribute: str, value: Any, default: Any, convert: 
         if not isinstance(value, Mapping):
             return convert(value), {}
         rest = convert(value["*"]) if "*" in value else default
-        return rest, {str(k): convert(v) for k, v in value.items() if k != "*"}
+        overrides = {str(k): convert(v) for k, v in value.items() if k != "*"}
     except (TypeError, KeyError) as exc:
         raise AdapterError(f"adapter {name!r}: {attribute} must be a value or a mapping function -> value ({exc})") from None
+    _known_functions(name, attribute, overrides, ("micro_batched_loss",))
+    return rest, overrides
+
+
+def _known_functions(name: str, attribute: str, mapping: Mapping[str, Any], extra: tuple[str, ...]) -> None:
+    """A per-function mapping names only spec functions (a typo would silently apply to nothing)."""
+    unknown = sorted(str(k) for k in mapping if k not in BY_FUNCTION and k not in extra)
+    if unknown:
+        raise AdapterError(f"adapter {name!r}: {attribute} names no spec function {unknown} (see `rlspec list`)")
 
 
 __all__ = ["DEFAULT_DTYPES", "REQUIRED", "OPTIONAL", "AdapterError", "Adapter", "LoadedAdapter"]

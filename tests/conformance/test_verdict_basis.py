@@ -152,3 +152,20 @@ def test_an_adapter_offering_only_the_canonical_keywords_gets_property_cases(cap
     code = main(["repro", "ppo_token_loss", "--seed", str(canonical[0].seed), "--canonical", "--adapter",
                  f"{EXAMPLES}:canonical_keywords_only"])
     assert code == 0 and "status: pass" in capsys.readouterr().out
+
+
+def test_per_function_attributes_naming_no_spec_function_are_load_errors():
+    import types
+
+    import pytest
+
+    from conformance.runner.protocol import AdapterError, LoadedAdapter
+
+    def adapter(**attributes):
+        return types.SimpleNamespace(name="x", version="0", spec_version="v1", array_api="torch", **attributes)
+
+    for attribute, value in (("supports_grad", {"kl_penalti": False}), ("dtypes", {"gea": ("float64",)}),
+                             ("domain", {"grpo_advantage": {"group of one": "why"}})):
+        with pytest.raises(AdapterError, match=f"adapter 'x': {attribute} names no spec function"):
+            LoadedAdapter.of(adapter(**{attribute: value}))
+    LoadedAdapter.of(adapter(supports_grad={"kl_penalty": False, "*": True}, dtypes={"micro_batched_loss": ("float64",)}))
