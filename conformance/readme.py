@@ -13,6 +13,7 @@ from pathlib import Path
 
 from conformance import spec
 from conformance.records import FAMILIES, RECORDS, presets
+from conformance.frameworks import findings
 from conformance.records.record import literal
 from conformance.runner.discovery import framework_names
 from conformance.tolerances import DEFAULT, OVERRIDES
@@ -21,7 +22,8 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 API = spec.SPEC_DIR / "api.md"
 DOCS = README.parent / "docs"
 # the files whose generated blocks `rlspec readme` writes and checks
-DOCUMENTS = (README, API, spec.SPEC_DIR / "README.md", *sorted(DOCS.glob("*.md")))
+DOCUMENTS = (README, API, spec.SPEC_DIR / "README.md", *sorted(DOCS.glob("*.md")),
+             *sorted(findings.HOMES.glob("*/README.md")))
 BLOCK = re.compile(
     r"(<!-- BEGIN GENERATED: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- END GENERATED: (?P=name) -->)",
     re.S,
@@ -207,6 +209,37 @@ def frameworks_summary() -> str:
     return "\n".join(lines)
 
 
+def findings_all() -> str:
+    """docs/frameworks.md, "What the runs found": every framework's findings file, numbered across frameworks."""
+    out, n = [], 1
+    for name in findings.homes_with_findings():
+        home = findings.load(name)
+        out.append(f"### {home.framework} {home.version} ([`{name}/findings.toml`](../conformance/frameworks/{name}/findings.toml))\n")
+        out.append(findings.markdown(home, link=f"../conformance/frameworks/{name}/", start=n) + "\n")
+        n += len(home.findings)
+    return "\n".join(out).rstrip("\n")
+
+
+def findings_summary() -> str:
+    """docs/frameworks.md: the findings of each framework by kind, and how many were reported upstream."""
+    kinds = tuple(findings.KINDS)
+    lines = ["| framework | version | " + " | ".join(kinds) + " | withdrawn | reported upstream | fixed upstream |",
+             "|---|---|" + "---|" * (len(kinds) + 3)]
+    for name in findings.homes_with_findings():
+        home = findings.load(name)
+        count = [sum(f.kind == k for f in home.findings) for k in kinds]
+        upstream = sum(f.upstream.startswith("http") for f in home.findings)
+        fixed = sum(bool(f.fixed_in) for f in home.findings)
+        lines.append(f"| {home.framework} | {home.version} | " + " | ".join(map(str, count))
+                     + f" | {len(home.withdrawn)} | {upstream} | {fixed} |")
+    return "\n".join(lines)
+
+
+def findings_of(name: str) -> Callable[[], str]:
+    """A framework README's "Findings" block: its own findings file."""
+    return lambda: findings.markdown(findings.load(name))
+
+
 def mutants_table() -> str:
     from conformance.mutants.base import mutants_table_markdown
 
@@ -260,6 +293,9 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "adapter-keywords": adapter_keywords_table,
     "functions": functions_table,
     "verdicts": verdicts_table,
+    "findings": findings_all,
+    "findings-summary": findings_summary,
+    **{f"findings-{name}": findings_of(name) for name in findings.homes_with_findings()},
 }
 
 

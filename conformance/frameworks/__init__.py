@@ -12,7 +12,9 @@ A framework's folder holds everything about it:
   compositions of spec quantities, declared for the runner's engine), returned by the adapter's ``extra_rows``;
 - ``ops.py``, ``requirements.txt`` and ``nodeps.txt`` for a framework that runs in an environment of its
   own: the operations its worker runs there, and the install recipe of ``rlspec frameworks install``;
-- ``README.md``: what is called, what is stubbed, what was found.
+- ``findings.toml`` and ``repro/``: what the runs found, as data (`conformance.frameworks.findings`), each
+  finding with a reproduction that imports only the framework;
+- ``README.md``: what is called, what is stubbed, what was found (generated from ``findings.toml``).
 
 Beside them, the machinery they share: ``subprocess_worker.py`` / ``subprocess_adapter.py`` (the
 isolated environments and the JSON-lines worker), ``shared_ops.py`` (what several ``ops.py`` share, loaded

@@ -336,7 +336,7 @@ class Quantity:
         if self.preset_inputs is not None:
             for name in sorted(presets):
                 kw = dict(presets[name])
-                out.append(GoldenCase(f"{self.function}/preset-{name.replace('_', '-')}",
+                out.append(GoldenCase(f"{self.function}/preset-{name.replace('_', '-').replace('@', '-')}",
                                       f"preset {name}: " + ", ".join(f"{k}={v!r}" for k, v in kw.items()),
                                       self.preset_inputs(name, **kw), preset=name))
         for seed in self.golden_seeds:

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from conformance.records import BY_FUNCTION, cases
+from conformance.records import BY_FUNCTION, cases, presets
+from conformance.records.pieces import fmt
 from conformance.runner.compare import Mismatch, compare, differences, greatest
 from conformance.runner.protocol import Adapter
 from conformance.runner.rows import RowResult, match_status, seeds_for
@@ -106,6 +107,23 @@ def _equals(actual: dict[str, Any], canonical: Candidate, tol: dict[str, Tol]) -
     """For a FAIL: the canonical candidate's contrasts that the result equals."""
     return "\n".join(f"equals {c.label}: {c.formula}" for c in canonical.contrasts
                      if compare_candidate(actual, c, tol).ok)
+
+
+def preset_candidates(framework: str, function: str, asked: dict[str, Any],
+                      evaluate: Callable[[dict[str, Any]], Callable[[], dict[str, Any]]],
+                      formula: Callable[[dict[str, Any]], str]) -> list[Candidate]:
+    """A framework row's own presets of `function` (over the `asked` keywords) as candidates: the pinned
+    version's (named after the framework), then each other version's its presets were read for whose keywords
+    differ (``<framework>@<version>``), newest first. `evaluate(kw)` gives a candidate's results, `formula(kw)`
+    its description."""
+    out: list[Candidate] = []
+    for version in (presets.version(framework), *reversed(presets.read_versions(framework))):
+        kw = {**presets.preset_kwargs(framework, function, version), **asked}
+        diff = {k: v for k, v in kw.items() if asked.get(k, object()) != v}
+        if diff and not any(c.kwargs == diff for c in out):
+            name = framework if version == presets.version(framework) else f"{framework}@{version}"
+            out.append(Candidate(fmt(diff), formula(kw), evaluate(kw), preset=name, kwargs=diff))
+    return out
 
 
 def composition_row(row_id: str, spec_id: str, function: str, adapter: Adapter | str, got: Callable[[], dict[str, Any]],

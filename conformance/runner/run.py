@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from conformance.errors import BrokenRun
 from conformance.records import Quantity, records_for
+from conformance.records.presets import unread_version_note
 from conformance.runner.isolation import IsolatedRows, isolates
 from conformance.runner.loading import AdapterLoadError, load_adapter
 from conformance.runner import partition
@@ -131,7 +132,19 @@ def run(adapters: Sequence[str | Adapter], records: Sequence[Quantity], options:
             worker.close()
     report.seconds = time.perf_counter() - start
     _collapse_import_errors(report)
+    _unread_version_notes(report, [a for a, _ in loaded])
     return report
+
+
+def _unread_version_notes(report: Report, adapters: Sequence[LoadedAdapter]) -> None:
+    """A framework adapter running a version its presets were not read for: every row whose verdict a preset
+    could decide (preset, variant, FAIL) says which versions were read and which runs (presets per version)."""
+    for adapter in adapters:
+        note = unread_version_note(adapter.name, adapter.version)
+        if note:
+            for row in report.rows:
+                if row.adapter == adapter.name and row.status in ("preset", "variant", "fail") and note not in row.notes:
+                    row.notes.append(note)
 
 
 _IMPORT_ERROR = re.compile(r"^(?:gradient: )?((?:ModuleNotFoundError|ImportError): .*)$", re.M)

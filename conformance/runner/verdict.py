@@ -222,10 +222,11 @@ def _explain(trials: list[Trial], candidates: list[dict[str, Any]], strict: bool
 
 
 def _candidates(record: Quantity, fixed: dict[str, Any], prefer: str | None) -> list[dict[str, Any]]:
-    """Canonical, then the preferred preset (a framework row's own), then every preset and variant
-    keyword set of the record that does not contradict the pinned keywords."""
+    """Canonical, then the preferred presets (a framework row's own: its pinned version's, then every other
+    version's it was read for), then every preset and variant keyword set of the record that does not
+    contradict the pinned keywords."""
     out: list[dict[str, Any]] = [{}]
-    first = [record.presets[prefer]] if prefer in record.presets else []
+    first = [kw for name, kw in record.presets.items() if prefer and (name == prefer or name.startswith(f"{prefer}@"))]
     for variant in [*first, *record.variant_kwargs()]:
         if variant and variant not in out and not any(k in fixed and fixed[k] != v for k, v in variant.items()):
             out.append(variant)

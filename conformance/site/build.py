@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance import spec
+from conformance.frameworks import findings
+from conformance.runner.report_diff import diff_markdown, diff_reports, load_report
 from conformance.runner.discovery import FRAMEWORKS_DIR, framework_names
 from conformance.site.markdown_html import Linker, to_html
 from conformance.site.matrix import (
@@ -138,8 +140,8 @@ class Site:
     # -- pages ----------------------------------------------------------------------------------
     def nav(self, page: str) -> str:
         entries = [("index.html", "Matrix")] + [(self.framework_path(c.name), c.name) for c in self.columns] + [
-            ("spec/index.html", "Spec"), ("mutants.html", "Mutants"), ("performance.html", "Performance"),
-            ("plots.html", "Plots")]
+            ("spec/index.html", "Spec"), ("mutants.html", "Mutants"), ("findings.html", "Findings"),
+            ("changes.html", "Changes"), ("performance.html", "Performance"), ("plots.html", "Plots")]
         current = ' class="current"'
         items = "".join(f'<a href="{esc(self.rel(page, target))}"{current if target == page else ""}>{esc(text)}</a>'
                         for target, text in entries)
@@ -243,6 +245,42 @@ class Site:
                 f"</tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
         self.add(page, "rlspec mutation catalogue", body)
 
+    def findings_page(self) -> None:
+        """Every framework's findings file (the text of docs/frameworks.md), each repro script copied into the site."""
+        page = "findings.html"
+        parts = ["<h1>Findings</h1><p>What the runs found in each framework, from its findings file "
+                 "(<code>conformance/frameworks/&lt;name&gt;/findings.toml</code>): each with the framework's own "
+                 "lines, the real configuration that reaches it, its report rows, and a reproduction that needs only "
+                 "the framework (no rlspec), with its expected and actual output.</p>"]
+        for name in findings.homes_with_findings():
+            home = findings.load(name)
+            for f in home.findings:
+                script = home.repro(f)
+                if script.exists():
+                    self.files[f"repro/{name}/{script.name}"] = script
+            parts.append(f"<h2>{esc(home.framework)} {esc(home.version)}</h2>")
+            parts.append(to_html(findings.markdown(home), lambda url, name=name: (
+                url.replace("repro/", f"repro/{name}/", 1) if url.startswith("repro/") else None)))
+        self.add(page, "rlspec findings", "\n".join(parts))
+
+    def changes_page(self) -> None:
+        """Each report kept in conformance/reports/history/ against the framework's current report."""
+        page = "changes.html"
+        parts = ["<h1>Changes between reports</h1><p>Each report kept in <code>conformance/reports/history/</code> "
+                 "(an earlier framework release, or the same release under an earlier rlspec) against the "
+                 "framework's current report: rows fixed, regressed, with a changed preset or precision "
+                 "(<code>rlspec reports --diff OLD NEW</code>).</p>"]
+        history = sorted((self.reports_dir / "history").glob("*.json"))
+        for path in history:
+            current = self.reports_dir / f"{path.stem.split('-')[0]}.json"
+            if not current.exists():
+                continue
+            parts.append(f"<h2>{esc(path.name)} → {esc(current.name)}</h2>")
+            parts.append(to_html(diff_markdown(diff_reports(load_report(path), load_report(current))), lambda url: None))
+        if not history:
+            parts.append("<p>No earlier report is kept.</p>")
+        self.add(page, "rlspec report changes", "\n".join(parts))
+
     def performance_page(self) -> None:
         from conformance.bench import bench_table_markdown
 
@@ -278,6 +316,8 @@ class Site:
         self.framework_pages()
         self.spec_pages()
         self.mutants_page()
+        self.findings_page()
+        self.changes_page()
         self.performance_page()
         self.plots_page()
         for asset in sorted(ASSETS.iterdir()):

@@ -339,3 +339,61 @@ def group_of_one_outside_its_domain() -> types.SimpleNamespace:
     ns = _base("group_of_one_outside_its_domain", grpo_advantages=_grpo_nan_for_a_group_of_one)
     ns.domain = {"grpo_advantages": {"group of one": "the trainer's config refuses num_generations = 1 (config.py:12)"}}
     return ns
+
+
+
+def _framework_scalar_ppo(logp, old_logp, advantages, weights, eps=0.2):
+    """A stand-in framework loss that returns only a scalar: sum_t weights_t * PPO_t (its own code, written
+    from the PPO paper, not the refimpl), with a float weight per token; it clears the inputs where the
+    weight is 0 before computing, so padding never reaches the value or the gradient."""
+    keep = weights != 0
+    logp, old_logp, advantages = (torch.where(keep, x, torch.zeros_like(x)) for x in (logp, old_logp, advantages))
+    zero = advantages == 0  # r * 0 is 0 even where r overflows (the spec's value), in value and gradient
+    log_ratio = logp - old_logp
+    ratio = torch.exp(torch.where(zero, torch.zeros_like(log_ratio), log_ratio))
+    per_token = -torch.minimum(ratio * advantages, torch.clamp(ratio, 1 - eps, 1 + eps) * advantages)
+    return (weights * per_token).sum()
+
+
+def _ppo_one_token_at_a_time(logp, old_logp, advantages, mask, *, eps_low=0.2, eps_high=0.2, dual_clip=None):
+    """docs/checking.md, "One token at a time": the scalar of a mask holding only (b, t) is loss[b, t]."""
+    if eps_low != eps_high or dual_clip is not None:
+        raise NotImplementedError("the framework has one clip range and no dual clip")
+    advantages = advantages[:, None].expand_as(logp) if advantages.dim() == 1 else advantages  # per sequence
+    out = torch.zeros_like(logp)
+    for b, t in mask.nonzero().tolist():
+        only = torch.zeros_like(logp)
+        only[b, t] = 1.0
+        one = _framework_scalar_ppo(logp, old_logp, advantages, only, eps_low)
+        out = out.index_put((torch.tensor([b]), torch.tensor([t])), one.reshape(1))  # keeps each scalar's graph
+    return out
+
+
+def _ppo_from_weight_gradient(logp, old_logp, advantages, mask, *, eps_low=0.2, eps_high=0.2, dual_clip=None,
+                              create_graph=True):
+    """docs/checking.md, "The gradient with respect to a weight": for a token-sum loss with a float weight per
+    token, d loss / d w_t is loss_t; create_graph keeps its own graph, so the gradient check still applies."""
+    if eps_low != eps_high or dual_clip is not None:
+        raise NotImplementedError("the framework has one clip range and no dual clip")
+    advantages = advantages[:, None].expand_as(logp) if advantages.dim() == 1 else advantages  # per sequence
+    weights = mask.to(logp.dtype).requires_grad_(True)
+    scalar = _framework_scalar_ppo(logp, old_logp, advantages, weights, eps_low)
+    (per_token,) = torch.autograd.grad(scalar, weights, create_graph=create_graph)
+    return per_token * mask
+
+
+def scalar_loss_one_token_at_a_time() -> types.SimpleNamespace:
+    return _base("scalar_loss_one_token_at_a_time", ppo_token_loss=_ppo_one_token_at_a_time)
+
+
+def scalar_loss_from_weight_gradient() -> types.SimpleNamespace:
+    return _base("scalar_loss_from_weight_gradient", ppo_token_loss=_ppo_from_weight_gradient)
+
+
+def _ppo_weight_gradient_without_graph(logp, old_logp, advantages, mask, **kwargs):
+    return _ppo_from_weight_gradient(logp, old_logp, advantages, mask, create_graph=False, **kwargs)
+
+
+def scalar_loss_weight_gradient_without_graph() -> types.SimpleNamespace:
+    """The same recipe without create_graph: the per-token losses carry no graph back to logp."""
+    return _base("scalar_loss_weight_gradient_without_graph", ppo_token_loss=_ppo_weight_gradient_without_graph)

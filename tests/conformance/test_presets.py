@@ -31,8 +31,10 @@ def test_every_preset_is_a_keyword_set_of_its_record_with_a_citation(framework):
     seen = set()
     for preset in HOMES[framework].PRESETS:
         assert preset.function in BY_FUNCTION, preset
-        assert preset.function not in seen, f"{framework}: two presets for {preset.function}"
-        seen.add(preset.function)
+        for version in preset.versions or (HOMES[framework].VERSION,):
+            assert (preset.function, version) not in seen, f"{framework}: two presets for {preset.function} at {version}"
+            seen.add((preset.function, version))
+        assert set(preset.versions) <= set(presets.read_versions(framework)), f"{framework}: {preset} names an unread version"
         record = BY_FUNCTION[preset.function]
         defaults = {k.name: k.default for k in record.keywords}
         for name, value in preset.keywords.items():

@@ -5,6 +5,7 @@ The browser test (headless Chromium) is tests/conformance/test_site_browser.py (
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -297,3 +298,20 @@ def test_report_text_is_escaped_never_markup(tmp_path):
         assert "<script>alert" not in text and "<img src=x" not in text
     assert any("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &lt;img src=x" in t for t in pages)
     assert "&lt;script&gt;alert" in single
+
+
+def test_committed_site_has_the_findings_and_the_changes_between_reports(committed, committed_site):
+    from conformance.frameworks import findings
+
+    page = (committed_site / "findings.html").read_text()
+    for name in findings.homes_with_findings():
+        home = findings.load(name)
+        for f in home.findings:
+            assert html.escape(f.title, quote=False) in page or f.title in page, f"{name}:{f.id}"
+            if home.repro(f).exists():
+                copied = committed_site / "repro" / name / f"{f.id}.py"
+                assert copied.read_text() == home.repro(f).read_text()
+                assert f'href="repro/{name}/{f.id}.py"' in page
+    changes = (committed_site / "changes.html").read_text()
+    for path in sorted((committed.reports / "history").glob("*.json")):
+        assert html.escape(path.name) in changes and "row(s) unchanged" in changes

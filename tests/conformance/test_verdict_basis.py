@@ -8,6 +8,8 @@ are built (the dtypes it declares, `--n-seeds`, the golden vectors on disk), not
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
@@ -169,3 +171,19 @@ def test_per_function_attributes_naming_no_spec_function_are_load_errors():
         with pytest.raises(AdapterError, match=f"adapter 'x': {attribute} names no spec function"):
             LoadedAdapter.of(adapter(**{attribute: value}))
     LoadedAdapter.of(adapter(supports_grad={"kl_penalty": False, "*": True}, dtypes={"micro_batched_loss": ("float64",)}))
+
+
+@pytest.mark.parametrize("adapter", ["scalar_loss_one_token_at_a_time", "scalar_loss_from_weight_gradient"])
+def test_a_scalar_only_loss_wrapped_as_the_docs_say_is_checked_in_value_and_gradient(adapter):
+    """docs/checking.md, "A framework whose loss returns only a scalar": both recipes give per-token losses
+    whose value and gradient the runner checks; the keywords the framework lacks are not offered."""
+    (row,) = rows_of(adapter, "loss.ppo", n_seeds=8).values()
+    assert row.status == "pass", row.message
+    assert not any("no gradient offered" in n for n in row.notes), row.notes  # the gradient was compared
+    assert row.counts["property"] > 0 and row.counts["golden"] > 0, row.counts
+    assert row.not_implemented_cases  # dual_clip and eps_low != eps_high: said, never a pass
+
+
+def test_the_weight_gradient_recipe_without_create_graph_is_caught():
+    (row,) = rows_of("scalar_loss_weight_gradient_without_graph", "loss.ppo", n_seeds=8).values()
+    assert row.status == "fail" and "autograd graph" in row.message, (row.status, row.message)

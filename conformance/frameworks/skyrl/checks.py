@@ -42,7 +42,7 @@ import oracle
 from conformance.records.presets import preset_kwargs
 from conformance.frameworks.loss_batch import NP, loss_batch, round_batch, value_loss_candidates
 from conformance.frameworks.skyrl.layout import response_layout
-from conformance.runner.composite import Candidate, composition_row, loss_tolerances
+from conformance.runner.composite import Candidate, composition_row, loss_tolerances, preset_candidates
 from conformance.records.pieces import Piece, broadcast_advantages, fmt, policy_piece, scaled
 from conformance.runner.rows import not_implemented_row
 from conformance.records import BY_FUNCTION
@@ -246,9 +246,7 @@ def policy_row(adapter: SkyRLAdapter, seed: int, name: str, reduction: str, func
 
     label = reduction_label(reduction)
     cands = [Candidate("canonical", f"{function}({fmt(asked)}) reduced by {label}", ev(asked))]
-    diff = {k: v for k, v in preset.items() if asked.get(k, object()) != v}
-    if diff:
-        cands.append(Candidate(fmt(diff), f"{function}({fmt(preset)}) reduced by {label}", ev(preset), preset="skyrl", kwargs=diff))
+    cands += preset_candidates("skyrl", preset_fn, asked, ev, lambda kw: f"{function}({fmt(kw)}) reduced by {label}")
     if surrogate:  # -A*r*keep: the value of DPPO's gradient with upstream 1 (ratio_cap None), the same gradient
         def ratio_surrogate() -> dict[str, Any]:
             A = broadcast_advantages(ev_b)

@@ -8,6 +8,10 @@ express (the comments say where that was read); what no keyword can express is i
 from conformance.records.presets import Preset
 
 VERSION = "0.3.0"  # the version the presets were read for
+# Every version read. "a956457" is NovaSky-AI/SkyRL's main branch at a9564572e (2026-08), after #1928
+# (fdfcb43, "Use the right CISPO epsilon defaults following ScaleRL") and before any release: no SkyRL release
+# after 0.3.0 is on the package index, so only what that change touches was re-read there.
+READ: tuple[str, ...] = ("0.3.0", "a956457")
 
 
 # The functions read (documentation: outside them a function is "not read", not "canonical").
@@ -61,6 +65,15 @@ PRESETS: tuple[Preset, ...] = (
         "cispo_eps_clip_low, 1 + cispo_eps_clip_high).detach() * logp (:749-751); CISPOConfig "
         "defaults 0.0 / 5.0 (C:541-545): w in [1, 6]. The +-20 log clamp cannot move w inside [1, "
         "6].",
+        versions=("0.3.0",),
+    ),
+    Preset(
+        "cispo_token_loss", {"eps_low": 1.0, "eps_high": 4.0},
+        "a956457 (main), skyrl/train/config/config.py:749-760: CISPOConfig defaults cispo_eps_clip_low 1.0, "
+        "cispo_eps_clip_high 4.0 (#1928, fdfcb43, 'following the ScaleRL recipe'): w in [0, 5]; "
+        "compute_policy_loss_cispo (skyrl/backends/skyrl_train/utils/ppo_utils.py:733-800) is otherwise the "
+        "0.3.0 formula, with cispo_anchor 'old' (the ratio to the old log-probs) by default.",
+        versions=("a956457",),
     ),
     Preset(
         "value_token_loss", {"clip": 0.2},
