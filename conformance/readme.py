@@ -195,17 +195,19 @@ def frameworks_summary() -> str:
 
     statuses = ("pass", "preset", "variant", "fail", "error", "not_implemented")
     lines = ["| framework | version | rows | " + " | ".join(s.replace("_", " ") for s in statuses)
-             + " | precision findings | ERROR beside the verdict |", "|---|---|---|" + "---|" * (len(statuses) + 2)]
+             + " | precision findings | ERROR beside the verdict | notes outside the domain |",
+             "|---|---|---|" + "---|" * (len(statuses) + 3)]
     for c in _framework_columns():
         if c.status != "ok":
-            lines.append(f"| {c.name} | not installed (`rlspec frameworks install {c.name}`) |" + " |" * (len(statuses) + 3))
+            lines.append(f"| {c.name} | not installed (`rlspec frameworks install {c.name}`) |" + " |" * (len(statuses) + 4))
             continue
         counts = status_counts(c.rows)
         findings = sum(len(r.get("precision_findings") or []) for r in c.rows)
         beside = sum(r["status"] != "error" and any(m["kind"] == "error" for m in r.get("failures") or []) for r in c.rows)
         cells = [f"**{counts[s]}**" if s in ("fail", "error") and counts[s] else str(counts[s]) for s in statuses]
+        outside = sum(any(m["kind"] == "outside" for m in r.get("failures") or []) for r in c.rows)
         lines.append(f"| [{c.name}](conformance/reports/{c.name}.md) | {c.version} | {len(c.rows)} | " + " | ".join(cells)
-                     + f" | {findings} | {f'**{beside}**' if beside else 0} |")
+                     + f" | {findings} | {f'**{beside}**' if beside else 0} | {outside} |")
     return "\n".join(lines)
 
 

@@ -245,6 +245,7 @@ def summary(report: Report) -> str:
     counts = {s: sum(r.status == s for r in report.rows) for s in STATUSES}
     n_precision = sum(len(r.precision_findings) for r in report.rows)
     n_thin = sum(r.thin for r in report.rows)
+    n_outside = sum(any(m["kind"] == "outside" for m in r.failures or []) for r in report.rows)
     counted = sorted({k for r in report.rows for k in row_findings(r) & set(report.fail_on)})
     verdict = "findings: " + ", ".join(counted) if counted else "no findings"
     unloaded = [a.ref or a.name for a in report.adapters if a.status != "ok"]
@@ -256,7 +257,8 @@ def summary(report: Report) -> str:
     return (
         f"{counts['pass']} pass, {counts['preset']} preset, {counts['variant']} variant, {counts['fail']} fail, "
         f"{counts['error']} error, {counts['not_implemented']} not implemented; {n_precision} precision finding(s)"
-        + (f", {n_thin} thin" if n_thin else "") + " "
+        + (f", {n_thin} thin" if n_thin else "")
+        + (f", {n_outside} with notes outside the framework's domain" if n_outside else "") + " "
         f"in {report.seconds:.1f}s (seed {report.seed}); {verdict} (--fail-on {','.join(report.fail_on)})"
     )
 
@@ -292,6 +294,13 @@ def render_markdown(report: Report) -> str:
         for r in precise:
             for f in r.precision_findings:
                 lines += [f"- `{row_label(r)}` @ {r.adapter}: {f['message']}. Reproduce: `{f['reproduce']}`"]
+        lines.append("")
+    outside = [(r, n) for r in report.rows for n in r.notes if n.startswith("outside the framework's domain")]
+    if outside:
+        lines += ["## Outside the framework's domain", "",
+                  "Divergences on inputs the adapter declares its framework never receives (its `domain`, with "
+                  "the citation): notes, not findings; the table's verdict rests on the other cases.", ""]
+        lines += [f"- `{row_label(r)}` @ {r.adapter}: {n}" for r, n in outside]
         lines.append("")
     lines += ["", summary(report)]
     return "\n".join(lines) + "\n"

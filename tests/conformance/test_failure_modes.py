@@ -143,3 +143,13 @@ def test_a_domain_naming_an_unknown_feature_is_a_load_error():
                                 domain={"grpo_advantages": {"groups of one": "typo"}})
     with pytest.raises(AdapterError, match="unknown input feature"):
         LoadedAdapter.of(bad)
+
+
+def test_notes_outside_the_domain_are_listed_apart_in_the_markdown_and_the_summary():
+    rep = run([f"{EXAMPLES}:group_of_one_outside_its_domain"], select_records(["adv.grpo"]),
+              RunOptions(seed=0, n_seeds=8, timeout=120, isolate="never"))
+    text = reports.render_markdown(rep)
+    section = text.split("## Outside the framework's domain", 1)[1]
+    assert "`grpo_advantages` @ group_of_one_outside_its_domain: outside the framework's domain (group of one" in section
+    assert "1 with notes outside the framework's domain" in reports.summary(rep)
+    assert "no findings" in reports.summary(rep)
