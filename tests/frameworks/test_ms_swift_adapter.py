@@ -188,7 +188,9 @@ def test_finding_sapo_gradient_of_an_overflowing_ratio_is_nan(adapter):
 def test_finding_gdpo_batch_of_one_sequence_is_nan(adapter):
     """scale_rewards="gdpo" (advantage.py:83-94): with one sequence in the batch the last step divides by
     summed.std() of one element, NaN (torch's unbiased std), where "group" and "batch" guard numel() > 1
-    (:75, :80) and give 0. The spec gives 0."""
+    (:75, :80) and give 0. The spec gives 0. Reached by on-policy distillation (a teacher model allows
+    num_generations = 1, arguments/rlhf_args.py:409-410) with reward_funcs, scale_rewards="gdpo" and a generation
+    batch of one sequence (findings.toml gdpo-batch-of-one-nan)."""
     r = np.array([[1.0, 2.0]], dtype=np.float32)
     assert np.isnan(adapter.gdpo_advantages(r, 1)).all()
     assert adapter.grpo_advantages(r[:, 0], 1, scale="batch").tolist() == [0.0]

@@ -185,9 +185,45 @@ def test_finding_gae_does_not_skip_masked_tokens(adapter):
 
 
 @pytest.mark.frameworks
-def test_finding_singleton_group_is_nan(adapter):
-    """group_norm with n_samples_per_prompt = 1: torch.std of one element is NaN (the CLI refuses n = 1)."""
+def test_no_finding_singleton_group_is_refused_by_the_cli(adapter):
+    """Withdrawn as a finding (findings.toml): group_norm with n_samples_per_prompt = 1 is NaN (torch.std of one
+    element), but the CLI refuses n = 1 for rloo, reinforce_baseline, group_norm and dr_grpo
+    (cli/train_ppo_ray.py:656-659), so no run reaches it; the adapter declares "group of one" outside
+    reinforce_pp_baseline_advantages' domain with that citation."""
     assert np.isnan(adapter.outcome_advantages("group_norm", np.array([1.0, 2.0], dtype=np.float32), 1)).all()
+    assert "cli/train_ppo_ray.py:656-659" in adapter.domain["reinforce_pp_baseline_advantages"]["group of one"]
+
+
+@pytest.mark.frameworks
+def test_finding_gspo_overflowing_ratio_is_nan(adapter):
+    """PolicyLoss("gspo") takes exp of the row's mean log-ratio unclamped (models/loss.py:189-196): row 0 with mean
+    log-ratio 800 has ratio inf, so inf * 0 at its masked (prompt) position and -0 * inf at A = 0 are NaN, and the
+    sample-level aggregate (:34-39) makes the loss NaN. The spec's row 0 contributes 0: row 1's ratio e^0.05 =
+    1.0513 (inside the clip 0.2) with A = 1 gives -1.0513 per token, the sample mean over 2 rows -0.5256."""
+    m = np.array([[False, True, True], [False, True, True]])
+    old = np.array([[0.0, -801.0, -801.0], [0.0, -1.0, -1.2]], dtype=np.float32)
+    lp = np.array([[0.0, -1.0, -1.0], [0.0, -1.1, -1.0]], dtype=np.float32)
+    A = np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 1.0]], dtype=np.float32)
+    arrays = {"log_probs": lp, "old_log_probs": old, "advantages": A, "action_mask": m.astype(np.float32)}
+    out = adapter.call("policy_loss", arrays, {"init": {"policy_loss_type": "gspo"}})["outputs"]
+    assert not out["token_level_loss"] and np.isnan(float(out["loss"]))
+    spec = oracle.gspo_token_loss(lp.astype(float), old.astype(float), A.astype(float), m, eps_low=0.2, eps_high=0.2)
+    assert oracle.aggregate(spec, m, mode="seq_mean_token_mean") == pytest.approx(-np.exp(0.05) / 2, rel=1e-6)  # float32 inputs
+
+
+@pytest.mark.frameworks
+def test_finding_whitening_uses_the_population_std(adapter):
+    """compute_advantages_and_returns whitens with var = sum((A - mean)^2 * mask) / num_actions
+    (experience_maker.py:324-339): std_ddof = 0. reinforce_baseline on groups [1, 0], [2, 0]: r - mean =
+    [0.5, -0.5, 1, -1], population std sqrt(0.625) = 0.7906: [0.6325, ...]; the spec's sample std sqrt(2.5 / 3)
+    = 0.9129: [0.5477, ...]."""
+    r = np.array([1.0, 0.0, 2.0, 0.0], dtype=np.float32)
+    m = np.array([[False, True]] * 4)  # one action token per sample (column 0: the prompt)
+    got = adapter.reinforce_pp_baseline_advantages(r, 2, m)[:, 1]
+    centred = np.array([0.5, -0.5, 1.0, -1.0])
+    np.testing.assert_allclose(got, centred / np.sqrt(0.625), rtol=1e-6)
+    spec = oracle.reinforce_pp_baseline_advantages(r.astype(float), 2, m)[:, 1]
+    np.testing.assert_allclose(spec, centred / np.sqrt(2.5 / 3), rtol=1e-6)
 
 
 @pytest.mark.frameworks

@@ -60,7 +60,10 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     'decoupled_ppo_token_loss': 'pass',  # regular + token TIS against the rollout log-probs ('partial': no mask, no uncapped)
     'sapo_token_loss': 'preset',  # log-ratio clamped to +-20 (:632): preset verl, skyrl
     'dppo_token_loss': 'not_implemented',  # another surrogate with the same gradient: skyrl.policy_loss[dppo,*] rows
-    'reinforce_pp_advantages': 'preset',  # the return resets at a masked position (:1194): gap='reset', preset skyrl
+    # on the trainer's layout (response_mask over the whole response, TR:1168-1170): a masked tool token inside a response
+    # is a step of the return and enters the whitening (golden reinforce_pp_advantages/* with a gapped mask); the reset
+    # at a masked position (:1194) only meets the leading padding, so preset skyrl's gap='reset' never applies
+    'reinforce_pp_advantages': 'fail',
     'maxrl_advantages': 'preset',  # a one-sample group gets r (:1368): singleton='raw', preset skyrl
     'kl_loss_term': 'preset',  # k3's clamp at 10: preset verl, openrlhf, skyrl, ms_swift ('partial': estimator gradient only)
     'clip_cov_mask': 'pass',  # its torch.randperm made the order of the draws (ops.py): canonical, exact
@@ -127,8 +130,8 @@ EXTRA = {  # row id -> (status, matched preset)
     'skyrl.compute_gae_advantage_return[gamma=1,lambd=1,garbage at masked positions]': ('fail', None),
     'skyrl.compute_gae_advantage_return[gamma=0.99,lambd=0.95,zeros at masked positions]': ('fail', None),
     'skyrl.compute_gae_advantage_return[gamma=0.99,lambd=0.95,garbage at masked positions]': ('fail', None),
-    'skyrl.reinforce++[gamma=1,loss batch]': ('preset', 'skyrl'),
-    'skyrl.reinforce++[gamma=0.9,loss batch]': ('preset', 'skyrl'),
+    'skyrl.reinforce++[gamma=1,loss batch]': ('fail', None),  # whitened over row 3's tool token (finding)
+    'skyrl.reinforce++[gamma=0.9,loss batch]': ('fail', None),  # whitened over row 3's tool token (finding)
     'skyrl.normalize_advantages[advantage_batch_normalize,token_mean]': ('fail', None),
 }
 
@@ -261,6 +264,52 @@ def test_no_finding_gae_never_bootstraps_from_padding_in_real_use(adapter):
     out = adapter.call("advantages", {"token_level_rewards": r, "values": v, "response_mask": m.astype(F32)},
                        {"name": "gae", "gamma": 1.0, "lambd": 0.5})["outputs"]
     assert float(out["returns"][0, 2]) == pytest.approx(4.5)  # left-aligned: not what the trainer builds
+
+
+@pytest.mark.frameworks
+def test_finding_reinforce_pp_whitens_over_a_masked_tool_token(adapter):
+    """The trainer hands reinforce++ the response_mask (trainer.py:1168-1170), 1 over the whole right-aligned response
+    (preprocess.py:128-130): the tool token at position 2 is a step (reward 0) and its return enters masked_whiten
+    (ppo_utils.py:1190-1197). loss mask [0, 1, 0, 1], r = [., 1, ., 1], gamma 1: returns [2, ., 1] at positions 1..3
+    (the tool token's 1), SkyRL whitens [2, 1, 1] (mean 4/3, sample std 0.5774): [1.1547, -0.5774] at the loss
+    tokens; the spec whitens [2, 1] (mean 1.5, std 0.7071): [0.7071, -0.7071]."""
+    m = np.array([[False, True, False, True]])
+    r = np.array([[0.0, 1.0, 0.0, 1.0]], dtype=F32)
+    adv, ret = adapter.reinforce_pp_advantages(r, m, gamma=1.0)
+    np.testing.assert_allclose(ret, [[0, 2, 0, 1]], atol=1e-6)
+    np.testing.assert_allclose(adv, [[0, 2 / np.sqrt(3), 0, -1 / np.sqrt(3)]], atol=1e-6)
+    spec, _ = oracle.reinforce_pp_advantages(r.astype(float), m)
+    np.testing.assert_allclose(spec, [[0, np.sqrt(0.5), 0, -np.sqrt(0.5)]], atol=1e-8)
+
+
+@pytest.mark.frameworks
+def test_no_finding_reinforce_pp_never_resets_inside_a_response_in_real_use(adapter):
+    """Withdrawn (findings.toml): "SkyRL's REINFORCE++ restarts the return at a masked position (gap='reset')". The
+    function does (running *= response_mask[t], ppo_utils.py:1194), but the trainer's response_mask has no gap inside a
+    response (preprocess.py:128-130, right-aligned), so the reset only meets the leading padding. Handing the function
+    the loss mask itself (never the trainer) would reset: G_1 = 1, not 2, for r = [., 1, ., 1] on [0, 1, 0, 1]."""
+    m = np.array([[False, True, False, True]])
+    r = np.array([[0.0, 1.0, 0.0, 1.0]], dtype=F32)
+    _, ret = adapter.reinforce_pp_advantages(r, m, gamma=1.0)
+    assert float(ret[0, 1]) == pytest.approx(2.0)  # the trainer's layout: no reset
+    out = adapter.call("advantages", {"token_level_rewards": r, "response_mask": m.astype(F32)},
+                       {"name": "reinforce++", "gamma": 1.0})["outputs"]
+    assert float(out["returns"][0, 1]) == pytest.approx(1.0)  # a gapped response_mask: not what the trainer builds
+
+
+@pytest.mark.frameworks
+def test_finding_clip_cov_overflowing_ratio_with_zero_advantage_is_nan(adapter):
+    """compute_policy_loss_clip_cov takes exp(d) unclamped (ppo_utils.py:902-905): A = 0 and d = 800 give -0 * inf =
+    NaN, torch.maximum keeps it (:937) and reduce_loss sums it (:1088-1092). The spec's token loss there is 0."""
+    m = np.array([[False, True, True, True]])
+    lp = np.array([[0.0, -1.0, -2.0, -3.0]], dtype=F32)
+    old = lp - np.array([[0.0, 800.0, 0.2, 0.1]], dtype=F32)
+    A = np.array([[0.0, 0.0, 1.0, 2.0]], dtype=F32)
+    arrays = {"log_probs": lp, "old_log_probs": old, "advantages": A, "loss_mask": m.astype(F32)}
+    out = adapter.call("policy_loss", arrays, {"name": "clip_cov", "config": {}})["outputs"]
+    assert np.isnan(float(out["loss"]))
+    spec = oracle.ppo_token_loss(lp.astype(float), old.astype(float), A.astype(float), m, eps_low=0.2, eps_high=0.2)
+    assert spec[0, 1] == 0.0 and spec.sum() == pytest.approx(-1.2 - 2 * np.exp(0.1), rel=1e-6)
 
 
 @pytest.mark.frameworks

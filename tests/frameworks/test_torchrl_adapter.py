@@ -46,8 +46,9 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     # GRPOLoss forward (aggregation="none"): exp(d)*A with no clamp: an overflowing ratio with A = 0 is NaN
     # (golden ppo_token_loss/overflowing-ratio-zero-advantage); 'partial': no dual clip
     'ppo_token_loss': 'fail',
-    # CISPOLoss: the clipped ratio on the graph (surrogate='ratio') at the case's eps, float32 precision for float64
-    # (clip_epsilon buffers in float32); 'partial': no absolute bound, always a lower bound
+    # CISPOLoss: the clipped ratio on the graph (surrogate='ratio', a bug against the paper: clipped tokens lose their
+    # gradient) at the case's eps, float32 precision for float64 (clip_epsilon buffers in float32); 'partial': no
+    # absolute bound, always a lower bound
     'cispo_token_loss': 'variant',
     'aggregate': 'pass',  # token_mean and prompt_mean (= seq_mean_token_mean)
     # loss_objective + loss_kl_to_ref: the KL is averaged over all B*T positions (finding below)
@@ -72,12 +73,13 @@ EXTRA = {  # row id -> (status, matched preset)
     # the forward on a tiny random-weight model, masking_strategy="sft" (default), value and gradient w.r.t. the logits
     'torchrl.GRPOLoss': ('pass', None),  # ppo 0.2 + entropy bonus 0.01, token_mean
     'torchrl.DAPO[clip_epsilon=(0.2, 0.28)]': ('pass', None),
-    'torchrl.CISPOLoss': ('preset', 'torchrl'),
+    'torchrl.CISPOLoss': ('preset', 'torchrl'),  # the clipped ratio on the graph: a bug against the paper (findings)
     'torchrl.GRPOLoss[aggregation=prompt_mean]': ('pass', None),
     'torchrl.GRPOLoss[masking_strategy=rlhf]': ('pass', None),  # a multi-turn assistant mask with a gap
-    'torchrl.GRPOLoss[kl_to_ref_coeff=0.1]': ('fail', None),  # the KL over all B*T positions
+    'torchrl.GRPOLoss[kl_to_ref_coeff=0.1]': ('fail', None),  # the KL over all B*T positions, prompt included
     'torchrl.GRPOLoss[kl_mask_threshold=0.08]': ('pass', None),  # rejected tokens leave both terms and the count
-    'torchrl.GRPOLoss.clip_fraction': ('fail', None),  # not sign-aware, padded positions counted
+    # B*T in the denominator, the prompt columns and padding included (a bug); sign-blind (the PPO logging convention)
+    'torchrl.GRPOLoss.clip_fraction': ('fail', None),
 }
 
 
@@ -154,12 +156,12 @@ def test_finding_vectorised_gae_truncates_the_series(adapter):
 
 
 @pytest.mark.frameworks
-def test_finding_kl_to_ref_is_averaged_over_padding(adapter):
-    """GRPOLoss's KL term (forward :747-755, _kl_to_ref :910-915) zeroes the masked positions and takes .mean()
-    over every one of the B*T positions: kl_to_ref_coeff * sum_valid k3 / (B*T), where the policy term (and the
+def test_finding_kl_is_averaged_over_every_position(adapter):
+    """GRPOLoss's KL terms (loss_kl_to_ref :747-755 and loss_kl_to_inference :756-765, both _kl_to_ref :907-915)
+    zero the masked positions and take .mean() over every one of the B*T positions, the prompt columns included: kl_to_ref_coeff * sum_valid k3 / (B*T), where the policy term (and the
     spec's policy_loss) divide by the valid-token count N. One row, T = 5, 2 valid tokens with d = logp - ref =
     log 2 (k3 = 1/2 - 1 + log 2 = 0.19315 each), everything else 0: torchrl's KL term is 0.38629/5 = 0.07726;
-    the token mean is 0.19315 (2.5x larger). The weight of the KL term shrinks with padding."""
+    the token mean is 0.19315 (2.5x larger). The weight of the KL term shrinks with the prompt and the padding."""
     m = np.array([[False, True, True, False, False]])
     lp = np.array([[0.0, -1.0, -2.0, 0.0, 0.0]])
     ref = lp - math.log(2.0) * m
@@ -178,19 +180,27 @@ def test_finding_all_equal_float32_group_is_not_zero(adapter):
     """MCAdvantage: (r - mean) / std.clamp_min(1e-6) (grpo.py:1508-1511). In float32 the mean of three rewards
     2.9 is 1 ulp off (2.9000001), so every advantage is -2.384e-7 / 1e-6 = -0.238 (bug-catalogue #9: an all-equal
     group must give exactly 0); once that rounding exceeds 1e-6 the std is no longer clamped and every member
-    gets -(r - mean)/std = -sqrt(2/3) = -0.816 ([100.3] * 3). float64 rewards: 0."""
+    gets -(r - mean)/std = -sqrt(2/3) = -0.816 ([100.3] * 3). float64 rewards: 0. Sixteen rewards 0.1 (a GSM8K group
+    whose answers are all formatted but wrong, torchrl's recipe's 16 repeats) get -0.00745 each, in both modes."""
     adv = adapter.grpo_advantages(np.full(3, 2.9, dtype=np.float32), 3)
     np.testing.assert_allclose(adv, [-0.2384186] * 3, rtol=1e-5)
     adv = adapter.grpo_advantages(np.full(3, 100.3, dtype=np.float32), 3)
     np.testing.assert_allclose(adv, [-math.sqrt(2.0 / 3.0)] * 3, rtol=1e-5)
+    # real use: the reward parsers' format_reward 0.1 (envs/llm/reward/gsm8k.py:55), float32, the recipe's 16 repeats:
+    # the float32 mean of sixteen 0.1 is 0.1 + 1 ulp (7.45e-9), so each member gets -7.45e-9 / 1e-6 = -0.00745
+    for trajectory_return in (None, "sum"):
+        adv = adapter.mc_advantages(np.full(16, 0.1, dtype=np.float32), 16, trajectory_return=trajectory_return)
+        np.testing.assert_allclose(adv, [-0.0074505806] * 16, rtol=1e-5)
     assert adapter.grpo_advantages(np.full(3, 2.9), 3).tolist() == [0.0, 0.0, 0.0]
     np.testing.assert_array_equal(oracle.grpo_advantages(np.full(3, 2.9, dtype=np.float32).astype(np.float64), 3), 0.0)
 
 
 @pytest.mark.frameworks
 def test_finding_singleton_group_is_nan(adapter):
-    """MCAdvantage(grpo_size=1) in its default per-step mode: the unbiased std of one reward is NaN and
-    NaN.clamp_min(1e-6) is NaN; trajectory_return refuses grpo_size < 2 (grpo.py:1165-1170)."""
+    """MCAdvantage(grpo_size=1) in its default per-step mode on one-step trajectories: the unbiased std of one
+    reward is NaN and NaN.clamp_min(1e-6) is NaN. Only trajectory_return refuses grpo_size < 2 (grpo.py:1165-1170);
+    the per-step mode accepts it (torchrl's recipe passes grpo_size=cfg.env.repeats unchecked), so no input domain
+    is declared for a group of one."""
     assert np.isnan(adapter.grpo_advantages(np.array([1.0, 2.0]), 1)).all()
     with pytest.raises(ValueError, match="grpo_size >= 2"):
         adapter.mc_advantages(np.array([1.0, 2.0]), 1, trajectory_return="sum")
@@ -211,21 +221,38 @@ def test_finding_overflowing_ratio_with_zero_advantage_is_nan(adapter):
 
 
 @pytest.mark.frameworks
-def test_finding_clip_fraction_counts_padding_and_ignores_the_sign(adapter):
+def test_finding_clip_fraction_counts_every_position(adapter):
     """The logged clip_fraction is (clamped log-weight != log-weight).mean() over all B*T positions (grpo.py:778):
-    padded positions (log-weight 0) count as unclipped, and a token whose ratio is outside the range counts even
-    when the min picks the unclipped branch (A < 0 with r > 1 + eps: PPO's gradient is not zero there). One row,
-    T = 4, valid tokens with r = 2 (A > 0: clipped), r = 2 (A < 0: not clipped), r = 1: torchrl 2/4 = 0.5, the
-    spec's token mean of ppo_clipped_mask 1/3."""
-    m = np.array([[False, True, True, True]])
-    lp = np.zeros((1, 4))
-    old = -np.log(np.array([[1.0, 2.0, 2.0, 1.0]]))
-    A = np.array([[0.0, 1.0, -1.0, 1.0]])
+    masked positions (log-weight 0, :961-967: the prompt columns under "sft", and the padding) count as unclipped.
+    One row, T = 5: column 0 the prompt, the response's ratios 2 and 1 with A > 0 (the sign plays no part),
+    columns 3-4 padding: torchrl 1/5 = 0.2, the spec's token mean of ppo_clipped_mask 1/2."""
+    m = np.array([[False, True, True, False, False]])
+    lp = np.zeros((1, 5))
+    old = -np.log(np.array([[1.0, 2.0, 1.0, 1.0, 1.0]]))
+    A = np.ones(1)
     out, _, _ = adapter._forward("ppo_token_loss", "GRPOLoss", {"entropy_bonus": False}, ("loss_objective",), lp, m,
                                  old_logp=old, advantages=A)
-    assert float(out["clip_fraction"]) == pytest.approx(0.5)
+    assert float(out["clip_fraction"]) == pytest.approx(0.2)
     spec = oracle.aggregate(oracle.ppo_clipped_mask(lp, old, A, m).astype(np.float64), m, mode="token_mean")
-    assert spec == pytest.approx(1.0 / 3.0)
+    assert spec == pytest.approx(0.5)
+
+
+@pytest.mark.frameworks
+def test_finding_clip_fraction_ignores_the_advantage_sign(adapter):
+    """A convention, not a bug: clip_fraction counts a ratio outside the range whatever A's sign (grpo.py:778), as
+    stable-baselines3, CleanRL and torchrl's own ClipPPOLoss (objectives/ppo.py:1632) log it. Position 0 masked (the
+    same B*T = 3 denominator in both calls), both trained ratios 2: with A = [+1, +1] both are clipped; with
+    A = [+1, -1] the second is not (the min picks r A, PPO's gradient is not zero there). torchrl logs 2/3 both
+    times; the spec's token mean of ppo_clipped_mask goes from 1 to 1/2."""
+    m = np.array([[False, True, True]])
+    lp = np.zeros((1, 3))
+    old = -np.log(np.array([[1.0, 2.0, 2.0]]))
+    for A, spec_fraction in ((np.array([[0.0, 1.0, 1.0]]), 1.0), (np.array([[0.0, 1.0, -1.0]]), 0.5)):
+        out, _, _ = adapter._forward("ppo_token_loss", "GRPOLoss", {"entropy_bonus": False}, ("loss_objective",), lp, m,
+                                     old_logp=old, advantages=A)
+        assert float(out["clip_fraction"]) == pytest.approx(2.0 / 3.0)
+        clipped = oracle.ppo_clipped_mask(lp, old, A, m)
+        assert oracle.aggregate(clipped.astype(np.float64), m, mode="token_mean") == pytest.approx(spec_fraction)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,10 +272,12 @@ def test_clip_epsilon_buffers_are_float32(adapter):
 
 
 @pytest.mark.frameworks
-def test_cispo_is_the_clipped_ratio_on_the_graph(adapter):
-    """CISPOLoss: L = -clip(r, 0.8, 1.2) * A (grpo.py:1008-1016): r = 1.5 (clipped to 1.2), A = 2: L = -2.4,
-    gradient 0 (the clamp passes none); r = 1.1: L = -2.2, gradient -r A = -2.2 (the paper's surrogate
-    -sg(w) A logp would give gradient -w A too, but value -w A logp). Preset torchrl."""
+def test_finding_cispo_clipped_tokens_lose_their_gradient(adapter):
+    """CISPOLoss: L = -clip(r, 0.8, 1.2) * A with the clamp on the graph (grpo.py:1008-1016): r = 1.5 (clipped to
+    1.2), A = 2: L = -2.4, gradient 0 (the clamp passes none); r = 1.1: L = -2.2, gradient -r A = -2.2. CISPO
+    (arXiv:2506.13585 eqs. 4-5) makes the clipped weight a stop-gradient on A log pi: every token keeps the
+    gradient -clip(r) A, here [-2.4, -2.2] (the spec's canonical surrogate "logp"). A bug in torchrl's CISPO; the
+    preset torchrl (surrogate="ratio") describes what it computes."""
     m = np.array([[False, True, True]])
     lp = np.array([[0.0, -1.0, -1.0]])
     old = lp - np.log(np.array([[1.0, 1.5, 1.1]]))
@@ -259,6 +288,8 @@ def test_cispo_is_the_clipped_ratio_on_the_graph(adapter):
     np.testing.assert_allclose(adapter.cispo_token_loss_grad(lp, old, A, m, np.ones((1, 3)), eps_low=0.2, eps_high=0.2),
                                [[0.0, 0.0, -2.2]], rtol=1e-7)
     np.testing.assert_allclose(oracle.cispo_token_loss(lp, old, A, m, **kw), [[0.0, -2.4, -2.2]], rtol=1e-7)
+    np.testing.assert_allclose(oracle.cispo_token_loss_grad(lp, old, A, m, np.ones((1, 3)), eps_low=0.2, eps_high=0.2),
+                               [[0.0, -2.4, -2.2]], rtol=1e-7)
     with pytest.raises(NotImplementedError):  # no "no lower bound" setting: 0 <= eps_low < 1 (objectives/utils.py:1103)
         adapter.cispo_token_loss(lp, old, A, m, eps_high=0.2)
 

@@ -57,10 +57,11 @@ EXTRA = {  # row id -> (status, matched preset)
     'torchtune.estimate_advantages[gamma=1,lmbda=0.95]': ('preset', 'torchtune'),
     'torchtune.estimate_advantages[gamma=0.9,lmbda=0.8]': ('preset', 'torchtune'),
     'torchtune.whiten[shift_mean=True]': ('preset', 'torchtune'),
-    # ppo_step: each micro-batch's own token mean / gradient_accumulation_steps (bug-catalogue #1)
+    # ppo_step: each micro-batch's own token mean / gradient_accumulation_steps (bug-catalogue #1; a convention)
     'torchtune.ppo_step[gradient_accumulation_steps=2]': ('variant', None),
     # the PPO recipe on tiny random-weight models: the score one position after the last valid token,
-    # GAE bootstrapping from the value there, torchtune's whitening, the value loss over that position too
+    # GAE bootstrapping from the value there (the older TRL PPOTrainer's convention), torchtune's whitening,
+    # the value loss over that position too
     'torchtune.recipe.rewards': ('variant', None),
     'torchtune.recipe.estimate_advantages': ('preset', 'torchtune'),
     'torchtune.recipe.ppo_step': ('variant', None),
@@ -126,7 +127,9 @@ def test_finding_whiten_nan_for_one_valid_token(adapter, dtype):
     """masked_var (rlhf/rewards.py:133-135): mask_sum = mask.sum() + 1e-8 is an int64 sum plus a float, a float32
     tensor whatever x's dtype, so for one valid token mask_sum = 1.0 exactly, the Bessel factor is 1 / 0 = inf
     and var = 0 * inf = NaN: whiten, and estimate_advantages of a batch with one response token, return NaN.
-    The spec gives 0 (var := 0 when n - ddof <= 0; shift_mean=False gives x)."""
+    The spec gives 0 (var := 0 when n - ddof <= 0; shift_mean=False gives x). Reached by the recipe with
+    batch_size=1 (accepted, recipe :394-425) and a response that is its stop token alone (kept as one token,
+    rlhf/sequence_processing.py:79): the batch's whitening then sees one valid token."""
     x = np.array([[0.0, 3.0, 7.0]], dtype=dtype)
     m = np.array([[False, True, False]])
     assert np.isnan(adapter.torchtune_whiten(x, m, shift_mean=False)[0, 1])
@@ -152,7 +155,8 @@ def test_finding_ppo_nan_for_overflowing_ratio_with_zero_advantage(adapter):
 def test_finding_gradient_accumulation_uses_local_token_counts(adapter):
     """ppo_step: loss = PPOLoss(...) / gradient_accumulation_steps (recipes/ppo_full_finetune_single_device.py:
     1107-1118), PPOLoss a masked_mean over its micro-batch. Micro-batch 1: losses 1, 1, 1 (3 tokens); micro-batch
-    2: loss 5 (1 token). torchtune: (1 + 5) / 2 = 3; the token mean of the PPO batch is (1 + 1 + 1 + 5) / 4 = 2."""
+    2: loss 5 (1 token). torchtune: (1 + 5) / 2 = 3; the token mean of the PPO batch is (1 + 1 + 1 + 5) / 4 = 2.
+    A convention (the usual per-micro-batch accumulation), not a bug."""
     x1, m1 = np.array([[0.0, 1.0, 1.0, 1.0]]), np.array([[False, True, True, True]])
     x2, m2 = np.array([[0.0, 5.0, 0.0, 0.0]]), np.array([[False, True, False, False]])
     losses = adapter.micro_batched_loss([x1, x2], [m1, m2], mode="token_mean")
@@ -167,11 +171,13 @@ def _penalised(adapter, responses, **kw):
     return adapter.call("reward_penalty_mask", {"responses": np.array(responses)}, params)["outputs"]
 
 
-def test_finding_min_response_length_off_by_one(adapter):
-    """The recipe passes seq_lens = training.get_unmasked_sequence_lengths(...) (recipe :835), the 0-indexed
-    position of the last valid token (length - 1, training/pooling.py:9-42), to get_reward_penalty_mask, which
-    penalises `seq_lens < min_response_length` as "length < min_response_length" (rlhf/rewards.py:24-25, :44-45).
-    min_response_length 2: the response [7, EOS] (2 tokens) is penalised, [7, 8, EOS] (3) is not."""
+def test_min_response_length_counts_the_tokens_before_the_stop_token(adapter):
+    """Not a finding (the claim "min_response_length is off by one" is withdrawn, findings.toml): the recipe passes
+    seq_lens = training.get_unmasked_sequence_lengths(...) (recipe :835), the 0-indexed position of the last valid
+    token (training/pooling.py:9-42), to get_reward_penalty_mask, which penalises seq_lens < min_response_length
+    (rlhf/rewards.py:44-45). For a response that ends with its stop token that is the number of tokens before the
+    stop token, the length the recipe logs as response_lengths (:1159). min_response_length 2: [7, EOS] (one token
+    before the stop) is penalised, [7, 8, EOS] (two) is not."""
     out = _penalised(adapter, [[7, 2, 0, 0], [7, 8, 2, 0]], min_response_length=2, penalise_no_eos=False)
     assert out["seq_lens"].tolist() == [1, 2]
     assert out["penalised"].tolist() == [True, False]
@@ -197,7 +203,8 @@ def test_finding_recipe_puts_the_score_after_the_last_token(adapter, recipe):
     """generate_trajectory (recipe :856-865): value_seq_idxs = seq_lens + 1 where 0 < seq_lens < max_generated_tokens
     - 1, else seq_lens; train passes it to get_rewards_ppo as valid_score_idxs (:945-951) and keeps the value there
     (value_padding_masks). So the score lands on the padding slot after the stop token for most rows, on the last
-    valid token for one-token rows and rows reaching the last slot (the spec: always the last valid token)."""
+    valid token for one-token rows and rows reaching the last slot (the spec: always the last valid token). A
+    convention: the older TRL PPOTrainer's sequence_lengths_p1 layout."""
     from conformance.frameworks.torchtune.checks import RECIPE
 
     seq, idx = recipe["seq_lens"], recipe["value_seq_idxs"]

@@ -160,6 +160,7 @@ def test_group_size_must_divide(adapter):
 KL_PRESET = {"gradient": "bias_corrected"}  # spec v1.1 kl_loss_term's preset trl (use_bias_correction_kl)
 KL_PRESET_SEQ = {"kl": "k3 * s_b (use_bias_correction_kl)"}
 CISPO = {"bound": "absolute"}
+ZERO = {"rejected": "zero"}  # spec v1.1 corrected_policy_loss's preset trl: a token OPSM rejects still counts
 EXPECTED = {  # row id -> (status, matched_kwargs)
     "trl.grpo_loss[grpo,beta=0]": ("pass", None),
     "trl.grpo_loss[bnpo,beta=0]": ("pass", None),
@@ -210,8 +211,9 @@ EXPECTED = {  # row id -> (status, matched_kwargs)
     "trl.grpo_loss[vespo,on_policy,beta=0]": ("pass", None),
     "trl.grpo_loss[vespo,on_policy,beta=0.04]": ("preset", KL_PRESET),
     "trl.grpo_loss[vespo,beta=0]": ("pass", None),
-    # Rollout corrections (trl_checks.offpolicy_configs): canonical = aggregate(keep*w*ppo + beta*k3,
-    # mask, mode), the KL term unweighted and every valid token in the denominator.
+    # Rollout corrections (trl_checks.offpolicy_configs): TRL = aggregate(keep*w*ppo + beta*k3, mask, mode), the
+    # KL term unweighted and every valid token in the denominator: canonical without OPSM (a zero weight w counts
+    # either way); with OPSM the canonical rejected="drop" takes the rejected tokens out, TRL's is preset trl.
     # token_truncate: w = min(rho, 2) multiplies the PPO token loss, value and gradient (no zero weight,
     # so the "rejected tokens" contrast cannot be told apart on this row).
     "trl.grpo_loss[dapo,is=token_truncate(max=2),beta=0]": ("pass", None),
@@ -220,12 +222,19 @@ EXPECTED = {  # row id -> (status, matched_kwargs)
     "trl.grpo_loss[dapo,is=sequence_mask(max=3),beta=0.04]": ("preset", KL_PRESET),
     # the same without the bias-corrected KL: exactly canonical, zero-weight rows still in num_items_in_batch
     "trl.grpo_loss[dapo,is=sequence_mask(max=3),use_bias_correction_kl=False,beta=0.04]": ("pass", None),
-    # OPSM without vLLM reads old_per_token_logps (:3073); bnpo divides by _compute_loss's own mask.sum()
-    "trl.grpo_loss[bnpo,opsm,beta=0]": ("pass", None),
+    # OPSM without vLLM reads old_per_token_logps (:3073); bnpo divides by _compute_loss's own mask.sum(), so the
+    # tokens OPSM rejects still count: spec offpolicy.loss rejected="zero" (preset trl), not the canonical "drop"
+    "trl.grpo_loss[bnpo,opsm,beta=0]": ("preset", ZERO),
     # both corrections, OPSM against the sampling log-probs, token-level masked IS with both bounds
-    "trl.grpo_loss[dapo,is=token_mask(min=0.5,max=2),opsm,use_bias_correction_kl=False,beta=0.04]": ("pass", None),
-    # per-token advantages (OPSM per token), per-sequence mean, bias-corrected KL: the KL preset again
-    "trl.grpo_loss[grpo,is=sequence_truncate(max=3),opsm,A=[B,T],beta=0.04]": ("preset", KL_PRESET),
+    "trl.grpo_loss[dapo,is=token_mask(min=0.5,max=2),opsm,use_bias_correction_kl=False,beta=0.04]": ("preset", ZERO),
+    # per-token advantages (OPSM per token), per-sequence mean, bias-corrected KL: both presets
+    "trl.grpo_loss[grpo,is=sequence_truncate(max=3),opsm,A=[B,T],beta=0.04]": ("preset", {**KL_PRESET, **ZERO}),
+    # finding unclamped-ratio-overflow-nan (trl_checks.overflow_configs): a zero-advantage row with a log-ratio
+    # of 800; coef_1 = exp(log-ratio) is inf (grpo_trainer.py:3095, no clamp), so the PPO and GSPO loss is
+    # 0*inf = NaN (:3118-3120) and SAPO's gradient is NaN (:3123); the spec's value is 0
+    "trl.grpo_loss[dapo,log_ratio=800 at A=0,beta=0]": ("fail", None),
+    "trl.grpo_loss[grpo,sequence,log_ratio=800 at A=0,beta=0]": ("fail", None),
+    "trl.grpo_loss[sapo,log_ratio=800 at A=0,beta=0]": ("fail", None),
 }
 CONFIGS = {cfg.row_id: cfg for cfg in trl_checks.loss_configs()}
 
@@ -397,6 +406,27 @@ def test_finding_cispo_default_bound_is_absolute_0_2(adapter):
     np.testing.assert_allclose(run["grad_logp"][m], 0.2 * reinforce.grad_logp[m], rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("cfg", trl_checks.overflow_configs(), ids=lambda c: c.row_id)
+def test_finding_unclamped_ratio_overflows_to_nan(adapter, cfg):
+    """A loss token with A = 0 and log-ratio 800: GRPOTrainer._compute_loss forms coef_1 = exp(log-ratio)
+    unclamped (grpo_trainer.py:3095), inf in float32. PPO (dapo) and GSPO (sequence level) multiply it by
+    A = 0 (:3118) and torch.min keeps the NaN (:3120): the loss is NaN. SAPO's gate saturates, so its value
+    is finite, but the gradient through exp is 0*inf = NaN (:3123). The spec's composition (oracle, float64)
+    is finite: the token contributes 0 to the loss and its gradient is 0."""
+    run = trl_checks.run_loss_config(adapter, cfg, seed=0)
+    m = run["mask"]
+    r, t = trl_checks.OVERFLOW_ROW, trl_checks.P + trl_checks.OVERFLOW_TOKEN
+    assert m[r, t] and run["advantages"][r] == 0.0
+    assert run["logp"][r, t] - run["old_logp"][r, t] > 88.8  # exp overflows float32 (max ~ e^88.72)
+    expected = trl_checks.evaluate(run, trl_checks.compositions(run, on_policy=False)[0])
+    assert math.isfinite(expected.loss) and np.isfinite(expected.grad_logp).all() and expected.grad_logp[r, t] == 0.0
+    assert np.isnan(run["grad_logp"][r, t]) and np.isnan(run["grad_weight"]).any()
+    if cfg.loss_type == "sapo":
+        assert run["loss"] == pytest.approx(expected.loss, rel=1e-5)
+    else:
+        assert math.isnan(run["loss"])
+
+
 def test_finding_bias_corrected_kl_changes_the_gradient_on_policy(adapter):
     """use_bias_correction_kl (default True) multiplies k3 by the differentiable ratio: on-policy the
     value is k3's but the per-token gradient is k3' + k3 = logp - ref instead of k3' = 1 - e^(ref - logp)."""
@@ -445,6 +475,28 @@ def test_finding_bf16_softmax_is_a_precision_finding(adapter):
         assert strict.status == "fail" and not strict.precision_findings
     grpo = check_row(BY_FUNCTION["grpo_advantages"], adapter, seeds=seeds_for("grpo_advantages", 0, N_SEEDS))
     assert grpo.precision.get("bfloat16") in ("float32", "bfloat16"), grpo.precision
+
+
+def test_finding_bf16_log_softmax_rounds_a_confident_log_prob_to_zero():
+    """On the CPU path selective_log_softmax and entropy_from_logits run PyTorch's bfloat16 log_softmax
+    (utils.py:582-595, :637-639), which rounds the log-normaliser at the largest logit's scale: on a row of
+    bfloat16-exact logits whose largest is 28.125, log p = -0.000546 (float64, by hand) comes out as 0, and the
+    entropy (0.004834) loses that token's term, at T = 1 as at T = 1.3 (the temperature is not the cause).
+    float32 keeps both."""
+    from trl.trainer.utils import selective_log_softmax_and_entropy
+
+    z = torch.tensor([[28.125, 20.5, 18.375, 9.625, -6.4375, -9.25, -9.5]])
+    assert torch.equal(z.to(torch.bfloat16).float(), z)
+    for T, logp0, H in ((1.0, -0.000546250, 0.004834177), (1.3, -0.003383945, 0.024105067)):
+        exact = torch.log_softmax(z.double() / T, -1)
+        assert exact[0, 0].item() == pytest.approx(logp0, rel=1e-6)
+        assert -(exact.exp() * exact).sum().item() == pytest.approx(H, rel=1e-6)
+        lp, ent = selective_log_softmax_and_entropy(z.to(torch.bfloat16), torch.tensor([0]), temperature=T)
+        assert lp.item() == 0.0  # rounding the output alone would keep -0.000546 to 2^-9 relative
+        assert abs(ent.item() - H) / H > 0.1  # outside the bfloat16 class (rtol 0.008)
+        lp32, ent32 = selective_log_softmax_and_entropy(z, torch.tensor([0]), temperature=T)
+        # float32: within two float32 ulps of the largest logit (2 * 2^-19 at 28.125: x - log Z is formed there)
+        assert lp32.item() == pytest.approx(logp0, abs=4e-6) and ent32.item() == pytest.approx(H, rel=1e-3)
 
 
 def test_finding_row_mask_does_not_isolate_gradients():

@@ -84,6 +84,9 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     'gspo_token_loss': 'variant',  # form='token_sg' (no preset of another name uses it)
     'cispo_token_loss': 'pass',
     'value_token_loss': 'pass',
+    # token-mean of a batch without a valid token is 0/0 = NaN (core_algos.py:1175; golden vector
+    # aggregate/all-masked-token-mean; finding token-mean-nan-without-loss-tokens); seq-mean-token-mean's
+    # n_b + 1e-8 (:1196) is a float64 precision matter
     'aggregate': 'fail',
     # --- spec v1.1 advantage estimators (core_algos.py's registry, as ray_trainer.compute_advantage calls them) ---
     # reinforce_plus_plus: the return carries over masked positions (gap='skip'): canonical; 'partial' (a batch
@@ -395,11 +398,12 @@ def test_finding_otb_zero_tail_cuts_at_a_count_used_as_a_column(adapter):
 
 
 @pytest.mark.frameworks
-def test_finding_tir_otb_group_of_one_non_empty_row(adapter):
+def test_tir_otb_group_of_one_non_empty_row_is_not_offered(adapter):
     """tir_optimal_token_baseline leaves empty rows out of the group and gives a group of one baseline 0
     (core_algos.py:1072-1088): with handle_zero_tail=False the non-empty row of a group keeps A = G, where
     optimal_token_baseline (and the spec) use its own weighted return as the baseline (A = 0 up to eps). The
-    adapter reports that case "not implemented"; with the zero tail (the trainer's setting) both agree."""
+    trainer never passes handle_zero_tail (ray_trainer.py:264-276; default True), where both agree, so the claim
+    is withdrawn (findings.toml) and the adapter reports the handle_zero_tail=False case "not implemented"."""
     m = np.array([[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
     r = np.array([[0.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
     tir = _otb_call(adapter, "tir_optimal_token_baseline", m, r, handle_zero_tail=False)["advantages"]
@@ -486,14 +490,42 @@ def test_finding_masked_whiten_refuses_one_token(adapter):
 
 
 @pytest.mark.frameworks
+def test_finding_masked_mean_count_epsilon_in_whitening(adapter):
+    """masked_mean divides by n + 1e-8 (utils/torch_functional.py:308) and masked_whiten divides x - mean by
+    sqrt(var + 1e-8) (:343): on equal values the residue mean * 1e-8 / n is multiplied by 1e4. Five valid values
+    of 2.5 in float64 whiten to 2.5 * 1e-8 / 5 * 1e4 = 5e-5 each, where the spec gives 0 exactly (the golden vector
+    whiten/constant-x-eps0: the whiten row's float64 precision is bfloat16's); in float32 n + 1e-8 rounds to n."""
+    x = np.array([[0.0, 2.5, 2.5, 2.5], [0.0, 2.5, 2.5, 0.0]])
+    m = np.array([[False, True, True, True], [False, True, True, False]])
+    got = adapter.whiten(x, m)
+    np.testing.assert_allclose(got[m], 5e-5, rtol=1e-6)
+    assert (oracle.whiten(x, m) == 0).all()
+    assert (adapter.whiten(x.astype(np.float32), m) == 0).all()
+    assert "1e-4" in adapter.precision_notes["whiten"]
+
+
+@pytest.mark.frameworks
 def test_finding_seq_mean_token_mean_guard(adapter):
-    """agg_loss divides each row by (n_b + 1e-8) (core_algos.py:1192): 1e-8/n_b relative, visible at
-    float64 (the core aggregate row fails at rtol 1e-9), invisible at float32."""
+    """agg_loss divides each row by (n_b + 1e-8) (core_algos.py:1196): 1e-8/n_b relative, visible at
+    float64 (a precision finding: the core aggregate row meets float32 precision there), invisible at float32."""
     x = np.array([[0.0, 1.0, 2.0]])
     m = np.array([[False, True, True]])
     got = adapter.aggregate(x, m, mode="seq_mean_token_mean")
     assert got == pytest.approx(3.0 / (2 + 1e-8), rel=1e-15)
     assert got != oracle.aggregate(x, m, mode="seq_mean_token_mean")
+
+
+@pytest.mark.frameworks
+def test_finding_token_mean_without_loss_tokens_is_nan(adapter):
+    """agg_loss's token-mean divides by batch_num_tokens (core_algos.py:1175), the engine's loss-mask count: a
+    mini-batch without a loss token (rollout rejection can make one) gives 0/0 = NaN, where the spec's empty
+    token mean is 0 (golden vector aggregate/all-masked-token-mean: the core aggregate row FAILs)."""
+    x = np.array([[0.0, 1.0, 2.0], [0.5, -1.0, 3.0]])
+    m = np.zeros(x.shape, dtype=bool)
+    assert math.isnan(float(adapter.aggregate(x, m, mode="token_mean")))
+    assert oracle.aggregate(x, m, mode="token_mean") == 0.0
+    for mode in ("seq_mean_token_mean", "token_sum"):  # divided by the row count, or not divided: 0
+        assert float(adapter.aggregate(x, m, mode=mode)) == 0.0
 
 
 @pytest.mark.frameworks
@@ -661,15 +693,23 @@ def test_decoupled_loss_is_ppo_against_prox_times_truncated_weight(adapter):
 def test_finding_rollout_correction_refuses_a_batch_without_valid_tokens(adapter):
     """compute_rollout_correction_and_rejection_mask raises ValueError on a response_mask without a valid
     token (rollout_corr_helper.py:837-838; compute_rs_metrics and compute_is_metrics check it again,
-    :441-442, :689-690); the spec gives all-0 weights / an all-False mask. The adapter lets verl raise (an
-    `error` case, as for masked_whiten): with --seed 0 no property case is all-masked, with --seed 2 the
-    rollout_rejection_mask row meets one (B = 1, an empty completion)."""
+    :441-442, :689-690); the spec gives all-0 weights / an all-False mask. A deliberate refusal (finding
+    rollout-correction-refuses-empty-batch, a convention): verl raises it itself (called directly), and the
+    adapter declares those cases not offered, as for masked_whiten (with --seed 2 the rollout_rejection_mask row
+    meets one: B = 1, an empty completion)."""
     m = np.zeros((1, 4), dtype=bool)
     x = np.full((1, 4), -1.0)
-    with pytest.raises(ValueError, match="at least one valid token"):
+    arrays = {"old_log_prob": x, "rollout_log_prob": x - 0.1, "response_mask": m.astype(np.float64)}
+    for settings in ({"rollout_is": "token", "rollout_is_threshold": 2.0},
+                     {"rollout_rs": "token_k3", "rollout_rs_threshold": "0.1"}):
+        with pytest.raises(ValueError, match="at least one valid token"):
+            adapter.call("rollout_correction", arrays, settings)
+    with pytest.raises(NotImplementedError, match="rollout_corr_helper.py:837-838"):
         adapter.rollout_is_weights(x, x - 0.1, m)
-    with pytest.raises(ValueError, match="at least one valid token"):
+    with pytest.raises(NotImplementedError, match="rollout_corr_helper.py:837-838"):
         adapter.rollout_rejection_mask(x, x - 0.1, m, statistic="k3", hi=0.1)
+    with pytest.raises(NotImplementedError, match="rollout_corr_helper.py:837-838"):
+        adapter.decoupled_ppo_token_loss(x, x, x - 0.1, np.array([1.0]), m, behav_cap=2.0)
     np.testing.assert_array_equal(oracle.rollout_is_weights(x, x - 0.1, m), np.zeros((1, 4)))
 
 
@@ -902,7 +942,7 @@ def test_kl_cov_penalises_the_largest_covariances_not_the_largest_log_ratios(ada
 @pytest.mark.frameworks
 def test_finding_clip_cov_and_kl_cov_nan_at_zero_advantage_with_an_overflowing_ratio(adapter):
     """verl 0.9.1's clip_cov and kl_cov compute -A * exp(logp - old_logp) with no log-ratio clamp
-    (core_algos.py:1800-1801, :1892-1893): a valid token with A = 0 and a log-ratio of 100 (e^100 = inf in
+    (core_algos.py:1797-1801, :1889-1893): a valid token with A = 0 and a log-ratio of 100 (e^100 = inf in
     float32) gives 0 * inf = NaN, and the NaN reaches the loss and every gradient (torch.maximum keeps it in
     Clip-Cov, :1832). In the spec the ratio term there is 0 (0 * inf := 0): finite values (the token, selected
     by KL-Cov, carries only coef * |d| = 10); vanilla PPO, which clamps at +-20, gives 0."""

@@ -496,8 +496,11 @@ def no_eos_rows(adapter: ArealAdapter, seed: int) -> list[RowResult]:
                                 note="(row 1 ended with EOS but fills the padded width: AReaL bootstraps it from the critic's "
                                      "value 4.0 at the last column, actor.py:223)"))
 
-    # the score on the last attention token: a row whose last tokens are not trained loses it (actor.py:205-212)
-    m2 = np.array([[0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 0, 0]], dtype=bool)  # row 1: two untrained tokens after the completion
+    # the score on the last attention token (actor.py:205-212), on the layout AReaL's workflows build: every
+    # trajectory ends with the model's output (workflow/rlvr.py:165-167, workflow/multi_turn.py:103-105,
+    # experimental/openai/types.py:162-192), so that token is the last trained one, here after an untrained
+    # environment turn (a gapped mask)
+    m2 = np.array([[0, 1, 1, 1, 0, 0], [0, 1, 1, 0, 1, 1]], dtype=bool)  # row 1: prompt, output, feedback, output
     attn2 = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=np.int64)
     arrays2 = {"input_ids": np.zeros((2, 7), dtype=np.int64), "attention_mask": np.pad(attn2, ((0, 0), (0, 1))),
                "loss_mask": np.pad(m2.astype(np.int64), ((0, 0), (0, 1))), "rewards": _f32(scores),
@@ -511,11 +514,12 @@ def no_eos_rows(adapter: ArealAdapter, seed: int) -> list[RowResult]:
         return {"tot_rewards": np.where(m2, adapter._from_areal_frame(out["tot_rewards"], m2.shape[1]), 0.0)}
 
     cands = [Candidate("canonical", "rlhf_token_rewards(scores, kl_coef=0): the score on each row's last valid token", placed)]
-    rows.append(composition_row("areal.compute_advantages[trailing untrained tokens]", "reward.rlhf",
+    rows.append(composition_row("areal.compute_advantages[multi-turn layout]", "reward.rlhf",
                                 "areal.PPOActor._compute_advantages", adapter, got_placed, cands,
                                 {"value": tolerance("reward.rlhf", DTYPE, "value")}, seed=seed,
-                                note="(AReaL adds the score at the last attention token, seqlens - 1, actor.py:205-212; row 1's "
-                                     "is not trained, so GAE never reads it and the row's score is lost)"))
+                                note="(AReaL adds the score at the last attention token, seqlens - 1, actor.py:205-212; "
+                                     "its workflows end every trajectory with the model's output, so that is the last "
+                                     "trained token, here after an untrained environment turn)"))
     return rows
 
 

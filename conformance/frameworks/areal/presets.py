@@ -171,12 +171,14 @@ NOT_EXPRESSIBLE: dict[str, tuple[str, ...]] = {
             "trainer/ppo/actor.py:53, :202); without a reference model ref_logp = 0 (actor.py:192-194), so the "
             "'KL' reward is -kl_ctl * logp.",
             "the score sits on the last attention token (seqlens - 1, actor.py:205-212), not on the last trained "
-            "token: a row whose last tokens are not trained (loss mask 0) loses its score.",
+            "token: a row whose last tokens were not trained would lose it; AReaL's workflows never build one "
+            "(every trajectory ends with the model's output, workflow/rlvr.py:165-167, multi_turn.py:103-105).",
         ),
         "value_token_loss": (
             "loss_fn_type='huber' (functional.py:705-707, delta 10) has no spec form.",
-            "the reduction divides by loss_mask.count_nonzero() without a floor (functional.py:772-774): NaN for a "
-            "micro-batch without a trained token, where ppo_actor_loss_fn uses count or 1 (:483).",
+            "the reduction divides by loss_mask.count_nonzero() without a floor (functional.py:772-774): NaN for an "
+            "empty mask, where ppo_actor_loss_fn uses count or 1 (:483); the engines never pass one (a micro-batch "
+            "of loss weight 0 is skipped, engine/fsdp_engine.py:2062-2064, megatron_engine.py:2135-2137).",
         ),
         "overlong_penalty": (
             "overlong_tokens = 0 divides a tensor by 0 (functional.py:797-799): NaN at L = max_new_tokens "

@@ -111,6 +111,13 @@ class OpenRLHFAdapter(SubprocessAdapter):
         "kl_loss_term": {"estimator": ("abs",), "gradient": ("bias_corrected",)},
     }
 
+    # Input features OpenRLHF's trainer never produces (docs/checking.md, "Input domains")
+    domain = {
+        "reinforce_pp_baseline_advantages": {
+            "group of one": "the CLI refuses n_samples_per_prompt = 1 for reinforce_baseline (and rloo, group_norm, "
+                            "dr_grpo): cli/train_ppo_ray.py:656-659 (openrlhf 0.11.2)"},
+    }
+
     LOGPROBS_OP = "log_probs_from_logits"
     ENTROPY_OP = "compute_entropy"
     POLICY_ARRAYS = ("log_probs", "old_log_probs", "action_mask")

@@ -18,7 +18,7 @@ What is called (``S`` = ``skyrl/backends/skyrl_train/utils/ppo_utils.py``, ``SO`
 | ``grpo_advantages`` | ``S::compute_advantages_and_returns`` (:1379) with ``"grpo"`` (:1287): ``scale="group"`` / ``"none"`` -> ``grpo_norm_by_std`` True / False; ``eps`` -> ``epsilon`` |
 | ``rloo_advantages`` | idem ``"rloo"`` (:1203) |
 | ``maxrl_advantages`` | idem ``"maxrl"`` (:1340) |
-| ``reinforce_pp_advantages`` | idem ``"reinforce++"`` (:1168): (advantages, returns) |
+| ``reinforce_pp_advantages`` | idem ``"reinforce++"`` (:1168) on SkyRL's own layout (``response_layout``, as ``gae``): (advantages, returns) |
 | ``gae`` | idem ``"gae"`` (:1256) on SkyRL's own layout (``response_layout``): ``returns``; advantages = ``returns - values`` (SkyRL whitens its advantages, :1281-1282, and forms returns before, :1281) |
 | ``whiten`` | ``S::masked_whiten`` (:146) |
 | ``kl_penalty`` | ``S::compute_approx_kl`` (:88) with ``loss_mask``, ``kl_estimator_type`` k1/k2/k3 |
@@ -54,9 +54,10 @@ Conventions this adapter converts (the checks never do):
 - SkyRL's losses take response tensors ``[B, R]`` with a float ``loss_mask``; the spec's ``[B, T]``
   token-aligned arrays are passed as the response, with ``mask`` as ``loss_mask``. Masked inputs are sent as
   0 and masked outputs are returned as 0 (``conformance/frameworks/spec_io.py``).
-- ``gae`` is called on the layout SkyRL's trainer builds (``layout.py``): each response right-aligned, its
-  ``response_mask`` 1 over the whole response (the masked tool tokens inside included, with the critic's
-  value there and reward 0), the outputs moved back to the spec's columns.
+- ``gae`` and ``reinforce_pp_advantages`` are called on the layout SkyRL's trainer builds (``layout.py``): each
+  response right-aligned, its ``response_mask`` 1 over the whole response (the masked tool tokens inside
+  included, with the critic's value there and reward 0), the outputs moved back to the spec's columns. The
+  trainer hands every estimator that ``response_mask`` (TR:1168-1170), never the loss mask.
 - ``[B]`` advantages are broadcast over the tokens. Groups become ``index`` (``str(b // group_size)``, the
   trainer's uids); outcome rewards are ``token_level_rewards`` ``[B, 1]`` (SkyRL's estimators sum the row).
 - ``AlgorithmConfig`` fields: ``eps_low``/``eps_high`` -> ``eps_clip_low``/``eps_clip_high``; ``dual_clip``
@@ -191,14 +192,19 @@ class SkyRLAdapter(SubprocessAdapter):
                                       "(ppo_utils.py:135-140); the spec returns 0")
 
     def reinforce_pp_advantages(self, token_rewards: Any, mask: Any, *, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-        """``reinforce++`` (ppo_utils.py:1167-1199) with ``gamma``."""
+        """``reinforce++`` (ppo_utils.py:1167-1199) with ``gamma``, on the layout SkyRL's trainer builds
+        (``response_layout``, as ``gae``): its ``response_mask`` covers the whole response (TR:1168-1170), so a
+        masked tool token inside it is a step with reward 0 and enters the whitening; the reset at a masked
+        position (:1194) only ever meets the leading padding. Outputs moved back to the spec's columns."""
         fn = "reinforce_pp_advantages"
         r, m = io.token_arrays(fn, mask, finite=True, token_rewards=token_rewards)
         g = io.unit_interval(fn, "gamma", gamma)
-        self._whitened_by_skyrl(m)
-        arrays = {"token_level_rewards": io.clean(r, m), "response_mask": io.as_mask_of(m, r.dtype)}
+        layout = response_layout(m)
+        self._whitened_by_skyrl(layout.response_mask)
+        arrays = {"token_level_rewards": layout.place(io.clean(r, m)), "response_mask": layout.response_mask.astype(r.dtype)}
         out = self._worker.call("advantages", arrays, {"name": "reinforce++", "gamma": g})["outputs"]
-        return io.masked_out(out["advantages"], m, r.dtype), io.masked_out(out["returns"], m, r.dtype)
+        return (io.masked_out(layout.back(np.asarray(out["advantages"])), m, r.dtype),
+                io.masked_out(layout.back(np.asarray(out["returns"])), m, r.dtype))
 
     def gae_outputs(self, token_rewards: Any, values: Any, mask: Any, *, gamma: float = 1.0,
                     lam: float = 1.0) -> tuple[dict[str, np.ndarray], np.ndarray, Any]:

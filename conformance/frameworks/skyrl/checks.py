@@ -576,29 +576,41 @@ def gae_row(adapter: SkyRLAdapter, seed: int, gamma: float, lam: float, garbage:
 
 
 def reinforce_pp_row(adapter: SkyRLAdapter, seed: int, gamma: float) -> RowResult:
-    """``reinforce++`` (S:1167-1199) on the loss batch as the trainer gets it: dense rewards with finite garbage
-    at every masked position (row 3 has a masked tool token inside its completion): against
-    ``reinforce_pp_advantages`` and its gap variants (SkyRL's ``gap="reset"``: preset skyrl)."""
+    """``reinforce++`` (S:1167-1199) on the loss batch laid out as SkyRL's trainer lays it out (``response_layout``:
+    each response right-aligned, ``response_mask`` 1 over the whole response, TR:1168-1170), with finite garbage in
+    the rewards at the padding and 0 at the masked tool token inside row 3's response (the multi-turn generator puts
+    each turn's reward on its last response token, train/generators/skyrl_gym_generator.py:636-648): against
+    ``reinforce_pp_advantages`` and its gap variants at the valid positions. SkyRL's reset at a masked position
+    (:1194) only meets the leading padding there, so the masked tool token is a step of the return and of the
+    whitening; a FAIL is diagnosed against that reading."""
     b = _batch(seed)
-    m, r = b["mask"], b["token_rewards"]
+    m = b["mask"]
+    f = NP[DTYPE]
+    layout = response_layout(m)
+    span = layout.back(layout.response_mask)  # the whole response, in the spec's columns
+    r = np.where(span & ~m, 0.0, b["token_rewards"])  # 0 at the tool token, the batch's garbage at the padding
 
     def got() -> dict[str, Any]:
-        arrays = {"token_level_rewards": r.astype(NP[DTYPE]), "response_mask": m.astype(NP[DTYPE])}
+        arrays = {"token_level_rewards": layout.place(r).astype(f), "response_mask": layout.response_mask.astype(f)}
         out = adapter.call("advantages", arrays, {"name": "reinforce++", "gamma": gamma})["outputs"]
-        return {"value": np.where(m, out["advantages"], 0.0), "returns": np.where(m, out["returns"], 0.0)}
+        return {"value": np.where(m, layout.back(out["advantages"]), 0.0), "returns": np.where(m, layout.back(out["returns"]), 0.0)}
 
-    def ev(kw: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+    def ev(kw: dict[str, Any], steps: np.ndarray = m) -> Callable[[], dict[str, Any]]:
         def run() -> dict[str, Any]:
-            adv, ret = oracle.reinforce_pp_advantages(r, m, gamma=gamma, **kw)
-            return {"value": adv, "returns": ret}
+            adv, ret = oracle.reinforce_pp_advantages(np.where(steps, r, 0.0), steps, gamma=gamma, **kw)
+            return {"value": np.where(m, adv, 0.0), "returns": np.where(m, ret, 0.0)}
         return run
 
     cands = [Candidate("canonical", f"reinforce_pp_advantages(gamma={gamma:g})", ev({}))]
     cands += [Candidate(f"gap={gap!r}", f"reinforce_pp_advantages(gamma={gamma:g}, gap={gap!r})", ev({"gap": gap}),
-                        preset="skyrl" if gap == "reset" else None, kwargs={"gap": gap}) for gap in ("reset", "discount")]
+                        kwargs={"gap": gap}) for gap in ("reset", "discount")]
     tol = {"value": tolerance("adv.whiten", DTYPE, "value"), "returns": tolerance("adv.gae", DTYPE, "value")}
+    label = ("the return over every response position, its masked tool tokens included as steps with reward 0, whitened "
+             "over the whole response: reinforce_pp_advantages(r, response_mask) at the valid positions (S:1190-1196, "
+             "response_mask TR:917, TR:1168-1170)")
     return composition_row(f"skyrl.reinforce++[gamma={gamma:g},loss batch]", "adv.reinforce_pp",
-                           "skyrl.compute_reinforce_plus_plus_outcome_advantage", adapter, got, cands, tol, seed=seed)
+                           "skyrl.compute_reinforce_plus_plus_outcome_advantage", adapter, got,
+                           _diagnosed(cands, label, ev({}, span)), tol, seed=seed)
 
 
 def batch_normalize_row(adapter: SkyRLAdapter, seed: int) -> RowResult:

@@ -97,7 +97,10 @@ PRESETS: tuple[Preset, ...] = (
         'S:1167-1199 compute_reinforce_plus_plus_outcome_advantage ("ported from verl"): running = '
         'r_t + gamma * running, then running *= response_mask[t] ("Reset after EOS", :1192-1194): a '
         'masked position inside a completion ends the return (gap="reset"), then masked_whiten '
-        "(unbiased, + 1e-8). That reset is the behaviour verl#6376/#7278 fixed in verl.",
+        "(unbiased, + 1e-8). That reset is the behaviour verl#6376/#7278 fixed in verl. It is the "
+        "function's rule only: SkyRL's trainer calls it with response_mask (TR:1168-1170), which has no gap "
+        "inside a response, so real runs never meet the reset; there tool tokens are steps of the return "
+        "(findings.toml, reinforce-pp-whitens-over-tool-tokens).",
     ),
     Preset(
         "maxrl_advantages", {"singleton": "raw"},

@@ -17,7 +17,7 @@ What is called (torchrl 0.14.1; paths relative to ``torchrl/``):
 | ``kl_penalty`` | ``GRPOLoss._kl_to_ref`` (grpo.py:868-916) on each valid token alone: ``k3`` only |
 | ``kl_loss_term`` | the same: ``estimator="k3"``, ``gradient="estimator"`` (the KL term of ``GRPOLoss.forward``, :747-755) |
 | ``ppo_token_loss`` | ``GRPOLoss(clip_epsilon=(eps_low, eps_high), aggregation="none", entropy_bonus=False)``'s ``forward`` (:664): its per-token ``loss_objective`` (``_compute_policy_objective``, :769) |
-| ``cispo_token_loss`` | ``CISPOLoss`` (:995) the same way (``_compute_policy_objective``, :1008): the clipped ratio on the graph, whatever ``surrogate`` asks (below) |
+| ``cispo_token_loss`` | ``CISPOLoss`` (:995) the same way (``_compute_policy_objective``, :1008): the clipped ratio on the graph, whatever ``surrogate`` asks (below; a clipped token loses its gradient, a bug against CISPO's stop-gradient weight: finding ``cispo-clipped-ratio-on-graph``) |
 | ``aggregate`` | ``GRPOLoss._aggregate_loss_value`` (:784): ``token_mean`` (``aggregation="token_mean"``), ``seq_mean_token_mean`` (``"prompt_mean"``) |
 | ``policy_loss`` | ``GRPOLoss(clip_epsilon, aggregation, entropy_bonus=False, kl_to_ref_coeff=kl_coef)``'s ``forward``: ``loss_objective + loss_kl_to_ref`` |
 | ``entropy_bonus`` | ``GRPOLoss(entropy_coeff=entropy_coef, aggregation)``'s ``forward``: ``loss_entropy`` (:735, aggregated at :737-745) |
@@ -44,13 +44,15 @@ Keyword values torchrl has no setting for raise ``NotImplementedError`` (a "not 
 ``temperature != 1`` (the wrapper's logits are scored as they are), ``grpo_advantages`` ``scale`` other than
 ``"group"`` and ``std_ddof=0`` (``torch.std``, unbiased), ``kl_penalty`` k1/k2 and the clamps, ``kl_loss_term``
 forms other than k3 with its own gradient, ``dual_clip``, ``log_ratio_clamp``, CISPO's ``bound="absolute"``
-and ``eps_low=None`` (no lower bound: ``objectives/utils.py:1082-1107`` requires ``0 <= eps_low < 1``), the
+and ``eps_low=None`` or ``>= 1`` (no lower bound: ``objectives/utils.py:1082-1107`` requires ``0 <= eps_low < 1``), the
 aggregation modes other than the two and global counts (``num_tokens``, ``num_seqs``, ``norm_length``).
 What torchrl computes one way only is returned for every case, and the row's fingerprint names it:
-CISPO's surrogate is always the clipped ratio (``surrogate="ratio"``, preset ``torchrl``);
+CISPO's surrogate is always the clipped ratio (``surrogate="ratio"``, preset ``torchrl``: what torchrl computes,
+itself a bug, see ``findings.toml``);
 ``grpo_advantages``' std is clamped at 1e-6 (``clamp_min``, no ``eps`` setting: preset ``torchrl``
 ``eps=0.0``), and a one-sample group gives NaN (the unbiased std of one reward; no ``singleton`` setting),
-which the row reports.
+which the row reports: the per-step mode accepts ``grpo_size=1`` (only ``trajectory_return`` refuses it,
+grpo.py:1165-1170), so a group of one is inside torchrl's domain and no ``domain`` is declared.
 """
 
 from __future__ import annotations
@@ -249,8 +251,9 @@ class TorchRLAdapter(SubprocessAdapter):
         for name, value in (("eps_low", eps_low), ("eps_high", eps_high)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise io.fail(fn, name, f"expected a number >= 0, got {value!r}")
-        if eps_low >= 1:
-            raise io.fail(fn, "eps_low", f"expected < 1, got {eps_low!r}")
+        if eps_low >= 1:  # a lower bound 1 - eps_low <= 0: valid in the spec, refused by torchrl
+            raise NotImplementedError(f"torchrl requires clip_epsilon low < 1 (objectives/utils.py:1103-1106), "
+                                      f"got eps_low={eps_low!r}")
         return [float(eps_low), float(eps_high)]
 
     def _ppo_params(self, eps_low: float, eps_high: float, dual_clip: float | None) -> dict[str, Any]:

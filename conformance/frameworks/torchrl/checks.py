@@ -260,8 +260,10 @@ def clip_fraction_row(adapter: TorchRLAdapter, batch: dict[str, np.ndarray], see
     cands = [Candidate("canonical", "aggregate(ppo_clipped_mask(token_logprobs(z), ...), mode='token_mean')", ev)]
     return composition_row("torchrl.GRPOLoss.clip_fraction", "metric.clip", "torchrl.GRPOLoss", adapter, got, cands,
                            {"value": tolerance("metric.clip", DTYPE, "value")}, seed=seed,
-                           note="(torchrl: the |log r| outside the clip range whatever A's sign, over all B*T positions, "
-                                "grpo.py:778; see README)")
+                           note="(torchrl: mean over all B*T positions, the prompt columns and padding included, of "
+                                "|log r| outside the clip range whatever A's sign, grpo.py:778: the denominator is the bug "
+                                "clip-fraction-counts-every-position, the sign the convention "
+                                "clip-fraction-ignores-advantage-sign; see findings.toml)")
 
 
 def loss_rows(adapter: TorchRLAdapter, seed: int) -> list[RowResult]:

@@ -23,7 +23,9 @@ PRESETS: tuple[Preset, ...] = (
         "torchrl 0.14.1 (the release wheel, checked through conformance/frameworks/torchrl/): "
         "torchrl/objectives/llm/grpo.py:1008-1016 CISPOLoss._compute_policy_objective: the loss "
         "-exp(clamp(log w, log(1 - eps_low), log(1 + eps_high))) * A, the clamped ratio on the graph "
-        "and no log-prob factor; clip_epsilon default 0.2 (GRPOLoss.__init__, :498, symmetric).",
+        "and no log-prob factor; clip_epsilon default 0.2 (GRPOLoss.__init__, :498, symmetric). What torchrl "
+        "computes, not a recipe: a clipped token loses its gradient, which CISPO (arXiv:2506.13585 eqs. 4-5) "
+        "keeps (finding cispo-clipped-ratio-on-graph, a bug).",
     ),
     Preset(
         "grpo_advantages", {"eps": 0.0},
@@ -61,8 +63,8 @@ NOT_EXPRESSIBLE: dict[str, tuple[str, ...]] = {
         ),
         "policy_loss": (
             "the KL term is kl_to_ref_coeff * mean over all B*T positions of k3, the masked ones holding 0 "
-            "(_kl_to_ref, grpo.py:910-915): aggregate(kl_penalty(k3), mask, mode='token_sum') / (B*T), not the "
-            "policy term's aggregation; it shrinks with padding.",
+            "(_kl_to_ref, grpo.py:907-915): aggregate(kl_penalty(k3), mask, mode='token_sum') / (B*T), not the "
+            "policy term's aggregation; it shrinks with the prompt columns and the padding.",
         ),
         "ppo_token_loss": (
             "exp(log-ratio) * A with no log-ratio clamp (grpo.py:776): a ratio that overflows with A = 0 gives "

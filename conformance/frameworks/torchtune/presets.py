@@ -65,7 +65,8 @@ NOT_EXPRESSIBLE: dict[str, tuple[str, ...]] = {
             "the PPO recipe passes value_seq_idxs as valid_score_idxs (recipes/ppo_full_finetune_single_device.py:"
             "945-951): the score sits one position after the last valid token (seq_lens + 1, :856-860) unless the "
             "row has one valid token or fills max_generated_tokens - 1 or more, and the value there is kept "
-            "(:861-865), so GAE bootstraps from it (0.6.1).",
+            "(:861-865), so GAE bootstraps from it (0.6.1): the older TRL PPOTrainer's layout (sequence_lengths_p1), a "
+            "convention.",
         ),
         "whiten": (
             "masked_var's Bessel factor is s / (s - 1) with s = mask.sum() + 1e-8 (rlhf/rewards.py:133-135), an "
@@ -78,6 +79,6 @@ NOT_EXPRESSIBLE: dict[str, tuple[str, ...]] = {
         ),
         "aggregate": (
             "ppo_step divides each micro-batch's token mean by gradient_accumulation_steps (:1107-1118): "
-            "local token counts per micro-batch.",
+            "local token counts per micro-batch (the usual per-micro-batch convention).",
         ),
     }

@@ -273,8 +273,11 @@ class TRLAdapter:
     # as precision findings beside the semantic verdict (api.md, "Precision").
     dtypes = ("float64", "float32", "bfloat16")
     precision_notes = {
-        "token_logprobs": "selective_log_softmax computes the softmax in the logits' dtype (bfloat16)",
-        "token_entropy": "entropy_from_logits computes the softmax in the logits' dtype (bfloat16)",
+        "token_logprobs": "on the CPU path selective_log_softmax runs PyTorch's bfloat16 log_softmax (utils.py:582-595), "
+        "which rounds the log-normaliser at the largest logit's scale: a confident token's log-prob comes out 0 "
+        "(finding bf16-log-softmax-precision); logits / temperature is also computed in bfloat16 (:577)",
+        "token_entropy": "on the CPU path entropy_from_logits runs PyTorch's bfloat16 log_softmax (utils.py:637-639): a "
+        "confident row loses its top token's term (finding bf16-log-softmax-precision)",
         "rollout_is_weights": "TRL's log-probs and ratio are float32: the trainer's old_per_token_logps and the "
         "vLLM log-probs built by torch.tensor (grpo_trainer.py:2464-2470)",
     }

@@ -68,14 +68,21 @@ adapter builds those trainers around its stubbed vLLM backend), then ``+ beta * 
 gains the rollout engine's log-probs ``sampling_per_token_logps`` (``add_rollout``: each row's mean
 ``sampling - logp`` is set, so OPSM's statistic is off any threshold) and the ratio tensor TRL would
 have computed for the configured mode: ``rollout_is_weights`` of the oracle on ``old`` vs ``sampling``,
-``(B, 1)`` for ``sequence_*`` modes and ``(B, C)`` for ``token_*`` (``grpo_trainer.py:2676-2678``). The
-canonical composition is ``aggregate(keep*w*policy_token_loss + beta*kl_penalty, mask, mode)`` with
+``(B, 1)`` for ``sequence_*`` modes and ``(B, C)`` for ``token_*`` (``grpo_trainer.py:2676-2678``). TRL's
+composition is ``aggregate(keep*w*policy_token_loss + beta*kl_penalty, mask, mode)`` with
 ``w = rollout_is_weights(old_logp, sampling_logp, **TRL's mode)`` and ``keep =
 off_policy_sequence_mask(logp, sampling_logp (else old_logp), A, threshold)``: the KL term unweighted and
-every valid token (rejected or not) in the denominator. Two contrasts, tried after it and reported in
-the row's message: the correction also on the KL term (ms-swift's placement per offpolicy.is_weights.md,
-not verified here), and the rejected tokens
-(keep*w = 0) removed from the loss mask, numerator and denominator.
+every valid token (rejected or not) in the denominator, i.e. spec offpolicy.loss's
+``corrected_policy_loss(weight_kl=False, rejected="zero")``. Without OPSM that is canonical (a zero weight
+``w`` is not a rejection: it counts under ``"drop"`` too); with OPSM the canonical composition is
+``rejected="drop"`` (OPSM's rejected tokens leave the loss and its count, ``opsm_keep``), tried first, and
+TRL's is preset trl (``rejected='zero'``). Two contrasts of TRL's composition, reported in the row's
+message: the correction also on the KL term (ms-swift's placement per offpolicy.is_weights.md, not
+verified here), and every token with keep*w = 0 removed from the loss mask, numerator and denominator.
+
+The overflow class (``overflow_configs``, spec v1.1 ``0·inf := 0``): a zero-advantage row whose log-ratio
+is 800 (``add_overflow``), judged like every framework's ``ppo_token_loss`` / ``gspo_token_loss`` /
+``sapo_token_loss`` golden vectors of that class.
 """
 
 from __future__ import annotations
@@ -186,6 +193,35 @@ def add_old_and_ref(batch: dict[str, torch.Tensor], logp: torch.Tensor, seed: in
     out["ref_per_token_logps"] = torch.tensor(ref, dtype=torch.float32)
     if on_policy:  # bitwise TRL's own values: the ratio is exactly 1
         out["old_per_token_logps"] = logp.detach().clone()
+    return out
+
+
+# The overflow rows (overflow_configs): row 0 (five loss tokens) gets A = 0 and old = logp - 800 at one
+# token (token level) or at every loss token (sequence level: its mean log-ratio is then 800); exp(800) is
+# inf in float32 (and float64). The golden vectors' 800, far beyond float32's 88.7.
+OVERFLOW_LOG_RATIO = 800.0
+OVERFLOW_ROW, OVERFLOW_TOKEN = 0, 1
+
+
+def add_overflow(batch: dict[str, torch.Tensor], *, sequence: bool) -> dict[str, torch.Tensor]:
+    """Row ``OVERFLOW_ROW`` with a zero advantage and log-ratio ``OVERFLOW_LOG_RATIO`` at token
+    ``OVERFLOW_TOKEN`` (``sequence``: at every loss token of the row); the other rows as drawn."""
+    loss_mask = (batch["completion_mask"] * batch["tool_mask"]).bool()
+    out = dict(batch)
+    old = batch["old_per_token_logps"].clone()
+    hit = torch.zeros_like(loss_mask)
+    if sequence:
+        hit[OVERFLOW_ROW] = loss_mask[OVERFLOW_ROW]
+    else:
+        hit[OVERFLOW_ROW, OVERFLOW_TOKEN] = True
+    if not bool((hit & loss_mask).any()):
+        raise ValueError("add_overflow: the overflow token is not a loss token of the batch")
+    # old = logp - d with TRL's own logp (add_old_and_ref), so old - 800 makes the log-ratio d + 800
+    old[hit] = old[hit] - OVERFLOW_LOG_RATIO
+    out["old_per_token_logps"] = old
+    adv = batch["advantages"].clone()
+    adv[OVERFLOW_ROW] = 0.0
+    out["advantages"] = adv
     return out
 
 
@@ -383,6 +419,8 @@ class Composition:
     kl_corrected: bool = False  # contrast: keep*w multiplies the KL term too
     drop_rejected: bool = False  # contrast: tokens with keep*w = 0 leave the loss mask
     contrast: bool = False  # tried only to be told apart (reported in the row's message)
+    # spec offpolicy.loss rejected="drop" (canonical): lp -> the OPSM keep mask; rejected tokens leave the count
+    kept: Callable[[np.ndarray], np.ndarray] | None = None
 
 
 def _agg_kwargs(run: dict[str, Any]) -> dict[str, Any]:
@@ -520,6 +558,18 @@ def correction(run: dict[str, Any]) -> tuple[Callable[[np.ndarray], np.ndarray] 
     return factor, "*".join(names) + "*", ids
 
 
+def opsm_keep(run: dict[str, Any]) -> Callable[[np.ndarray], np.ndarray] | None:
+    """OPSM's keep mask as a function of the oracle's log-probs (bool [B, T]), None without OPSM: the keep mask
+    ``k`` of spec offpolicy.loss (a zero importance weight is not a rejection: ``w = 0`` tokens count either way)."""
+    thr = run.get("off_policy_mask_threshold")
+    if thr is None:
+        return None
+    m, A = run["mask"], run["advantages"]
+    sampling = run.get("sampling_logp")
+    opsm_old = sampling if sampling is not None else run["old_logp"]
+    return lambda lp: oracle.off_policy_sequence_mask(lp, opsm_old, A, m, threshold=thr) != 0
+
+
 def compositions(run: dict[str, Any], *, on_policy: bool) -> list[Composition]:
     """Candidate compositions for a run, canonical first; [] when no spec composition exists. With
     rollout corrections, the contrasts (``contrast=True``) follow the candidates."""
@@ -555,8 +605,19 @@ def compositions(run: dict[str, Any], *, on_policy: bool) -> list[Composition]:
         ))
     if factor is None:
         return out
+    kept = opsm_keep(run)
+    if kept is not None:
+        # spec offpolicy.loss: canonically (rejected="drop") a token OPSM rejects leaves the loss and its count;
+        # TRL's keeps it as a zero policy term with its KL term, in the count (grpo_trainer.py:3140-3150, reduced
+        # over the uncorrected mask, :3153-3183): rejected="zero", preset trl
+        drops = [dataclasses.replace(c, kept=kept, formula=f"{c.formula} over mask & keep (rejected='drop')") for c in out]
+        out = drops + [dataclasses.replace(
+            c, label="rejected='zero'" if c.label == "canonical" else f"{c.label}, rejected='zero'", preset="trl",
+            kwargs={**c.kwargs, "rejected": "zero"}, formula=f"{c.formula} over mask (rejected='zero')") for c in out]
     contrasts = []
     for comp in out:
+        if comp.kept is not None:
+            continue  # the contrasts belong to TRL's composition
         base = "" if comp.label == "canonical" else f"{comp.label}, "
         if comp.kl is not None:
             contrasts.append(dataclasses.replace(
@@ -619,6 +680,10 @@ def evaluate(run: dict[str, Any], comp: Composition) -> Evaluated:
         total = total + beta * kl.value
         vjps.append(lambda u, kl=kl: beta * kl.vjp(u))
     agg, agg_mask = _agg_kwargs(run), m
+    if comp.kept is not None:  # rejected="drop": OPSM's rejected tokens leave the loss and the count
+        agg_mask = m & comp.kept(lp)
+        if "num_tokens" in agg:
+            agg["num_tokens"] = float(agg_mask.sum())
     if comp.drop_rejected and f is not None:
         agg_mask = m & (f != 0)
         if "num_tokens" in agg:
@@ -697,6 +762,7 @@ class LossConfig:
     per_token_advantages: bool = False
     on_policy: bool = False
     opsm: bool = False  # off_policy_mask_threshold set from the batch (opsm_threshold)
+    overflow: bool = False  # a zero-advantage row with a log-ratio of 800 (add_overflow)
 
     @property
     def row_id(self) -> str:
@@ -716,6 +782,8 @@ class LossConfig:
             parts.append("A=[B,T]")
         if self.on_policy:
             parts.append("on_policy")
+        if self.overflow:
+            parts.append(f"log_ratio={OVERFLOW_LOG_RATIO:g} at A=0")
         parts.append(f"beta={beta:g}")
         return f"trl.grpo_loss[{','.join(parts)}]"
 
@@ -767,7 +835,22 @@ def loss_configs() -> list[LossConfig]:
         LossConfig("vespo", (("beta", BETA),), on_policy=True),
         LossConfig("vespo"),  # vespo_token_loss (loss.vespo)
     ]
-    return out + offpolicy_configs()
+    return out + offpolicy_configs() + overflow_configs()
+
+
+def overflow_configs() -> list[LossConfig]:
+    """The overflow class every framework is judged on (golden vectors ``ppo_token_loss`` /
+    ``gspo_token_loss/overflowing-ratio-zero-advantage``, ``sapo_token_loss/overflowing-ratio``), through
+    ``_compute_loss``: a row with A = 0 whose log-ratio is 800 (``add_overflow``). ``coef_1 =
+    torch.exp(log_importance_weights)`` (``grpo_trainer.py:3095``) has no clamp, so it is inf in float32;
+    the spec's token loss there is 0 with a zero gradient (``0·inf := 0``). The PPO family at its default
+    ``loss_type`` (dapo), GSPO (the sequence ratio s_b) and SAPO; CISPO detaches a clamped weight
+    (:3110) and VESPO clamps its log-ratios (:2972-3018), so they are not in this class."""
+    return [
+        LossConfig("dapo", overflow=True),
+        LossConfig("grpo", (("importance_sampling_level", "sequence"),), overflow=True),
+        LossConfig("sapo", overflow=True),
+    ]
 
 
 def _vllm_is(mode: str, clip_max: float | None = None, clip_min: float | None = None) -> dict[str, Any]:
@@ -806,6 +889,8 @@ def run_loss_config(adapter: TRLAdapter, cfg: LossConfig, seed: int) -> dict[str
     batch = make_batch(seed, per_token_advantages=cfg.per_token_advantages)
     logp = adapter.grpo_current_logps(batch, **config)
     batch = add_old_and_ref(batch, logp, seed, on_policy=cfg.on_policy)
+    if cfg.overflow:
+        batch = add_overflow(batch, sequence=config.get("importance_sampling_level") == "sequence")
     if config.get("use_vllm"):  # TRL's vLLM batches always carry the sampling log-probs (grpo_trainer.py:2910-2911)
         kw = is_mode_to_spec(config["vllm_importance_sampling_mode"], config.get("vllm_importance_sampling_clip_min"),
                              config.get("vllm_importance_sampling_clip_max"))
@@ -1187,6 +1272,6 @@ def extra_rows(adapter: TRLAdapter, seed: int = 0) -> list[RowResult]:
     return rows
 
 
-__all__ = ["extra_rows", "loss_configs", "offpolicy_configs", "check_loss_config", "check_rloo_loss", "run_loss_config",
+__all__ = ["extra_rows", "loss_configs", "offpolicy_configs", "overflow_configs", "add_overflow", "check_loss_config", "check_rloo_loss", "run_loss_config",
            "compositions", "contrasts", "make_batch", "add_rollout", "opsm_threshold", "entropy_terms", "entropy_mask_row",
            "entropy_mask_pool_limit_row", "adaptive_entropy_cases", "adaptive_entropy_row", "soft_overlong_row"]

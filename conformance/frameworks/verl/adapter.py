@@ -119,7 +119,9 @@ Conventions this adapter converts (the checks never do):
 - Rollout correction (spec v1.1): ``RolloutCorrectionConfig`` settings only as verl documents them
   (``trainer/config/algorithm.py:86-125``), never a value outside the documented forms (no infinite
   threshold, no near-zero lower bound standing in for "none"). What they cannot ask for raises
-  ``NotImplementedError`` (the runner reports those cases "not implemented" and checks the rest):
+  ``NotImplementedError`` (the runner reports those cases "not implemented" and checks the rest); so does a
+  batch without a valid token, which verl refuses with a ValueError (``rollout_corr_helper.py:837-838``, a deliberate refusal, as
+  ``masked_whiten``'s):
   - ``rollout_is_weights``: ``level`` -> ``rollout_is`` (``"sequence"`` is verl's product of ratios,
     :578-586; ``seq_stat="geometric"`` has no IS setting); ``mode="truncate"`` with ``hi`` and no ``lo``
     -> the float threshold ``hi`` (TIS, ``clamp(max=hi)``, :596); ``mode="mask"`` with both bounds ->
@@ -188,6 +190,12 @@ class VerlAdapter(SubprocessAdapter):
         "gpg_advantages": "alpha = bsz / count_nonzero(scores) is a float32 tensor (core_algos.py:810-811)",
         # workers/reward_manager/dapo.py:124-126: -exceed_len / len * factor with exceed_len an int64 tensor
         "overlong_penalty": "the penalty is an int64 length tensor divided by an int, a float32 tensor (dapo.py:124-126)",
+        # utils/torch_functional.py:308, :342-343: the mean's count has + 1e-8, and the residue mu * 1e-8 / n is
+        # divided by sqrt(var + 1e-8): up to |mu| * 1e-4 / n on (nearly) equal values
+        "whiten": "masked_mean divides by n + 1e-8 (utils/torch_functional.py:308); masked_whiten divides that "
+                  "residue by sqrt(var + 1e-8) (:343): up to |mean| * 1e-4 / n on (nearly) equal values",
+        # core_algos.py:1196: seq-mean-token-mean's per-row mean is sum / (n_b + 1e-8)
+        "aggregate": "seq-mean-token-mean divides each row by n_b + 1e-8 (core_algos.py:1196): relative 1e-8/n_b",
     }
 
     LOGPROBS_OP = "logprobs_from_logits"
@@ -600,9 +608,19 @@ class VerlAdapter(SubprocessAdapter):
     def _rollout_inputs(self, fn: str, old_logp: Any, rollout_logp: Any, mask: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         """Validated (old, rollout, mask) and the ``rollout_correction`` op's arrays (masked inputs sent as 0)."""
         old, rollout, m = io.rollout_inputs(fn, old_logp, rollout_logp, mask)
+        self._corrected_by_verl(m)
         arrays = {"old_log_prob": io.clean(old, m), "rollout_log_prob": io.clean(rollout, m),
                   "response_mask": io.as_mask_of(m, old.dtype)}
         return old, rollout, m, arrays
+
+    @staticmethod
+    def _corrected_by_verl(m: np.ndarray) -> None:
+        """verl's rollout correction raises ValueError for a response_mask without a valid token
+        (rollout_corr_helper.py:837-838), a deliberate refusal: not offered (as masked_whiten's)."""
+        if not m.any():
+            raise NotImplementedError("verl's compute_rollout_correction_and_rejection_mask raises ValueError for a "
+                                      "response_mask without a valid token (rollout_corr_helper.py:837-838); the "
+                                      "spec returns zeros")
 
     def _is_settings(self, level: str, seq_stat: str, mode: str, lo: float | None, hi: float | None,
                      log_ratio_clamp: float | None, batch_normalize: bool) -> dict[str, Any]:
@@ -690,6 +708,7 @@ class VerlAdapter(SubprocessAdapter):
         fn = "decoupled_ppo_token_loss"
         io.choice(fn, "behav_mode", behav_mode)
         lp, prox, behav, m = io.token_arrays(fn, mask, logp=logp, prox_logp=prox_logp, behav_logp=behav_logp)
+        self._corrected_by_verl(m)  # the decoupled driver step runs the same check
         if behav_cap is None:
             raise NotImplementedError("verl's decoupled IS weight always has a threshold; rollout_is=None applies no weight, "
                                       "rollout_corr_helper.py:854")

@@ -514,6 +514,9 @@ def advantage_rows(adapter: VerlAdapter, seed: int) -> list[RowResult]:
                                 lambda r, G, *, scale="group", e=estimator, n=norm: adapter.outcome_advantages(e, r, G, norm_adv_by_std_in_grpo=n))
             if estimator.endswith("vectorized"):
                 view.precision_notes = {"grpo_advantages": "group_mean_std computes in float32"}
+            else:  # a group of one gets std = torch.tensor(1.0), float32, before + epsilon (core_algos.py:317, :326)
+                view.precision_notes = {"grpo_advantages": "a group of one's std is a float32 tensor "
+                                                           "(core_algos.py:317): 1 + 1e-6 formed in float32"}
             rows.append(fixed_row(view, "grpo_advantages", row_id=f"verl.{estimator}_advantages[norm_adv_by_std_in_grpo={norm}]",
                                   fixed={"scale": "group" if norm else "none"}, seed=seed))
     view = FunctionView(adapter, "rloo_advantages", lambda r, G: adapter.outcome_advantages("rloo_vectorized", r, G))
@@ -727,7 +730,7 @@ def gae_whitened_row(adapter: VerlAdapter, seed: int, n_seeds: int = 8) -> RowRe
             if m.sum() <= 1:  # masked_whiten raises on a mask sum of 0 or 1 (torch_functional.py:311-326)
                 try:
                     adapter.gae_whitened(r32.astype(np.float32), v32.astype(np.float32), m, **kw)
-                except ValueError:
+                except (ValueError, NotImplementedError):  # the adapter declares it not offered
                     refused.append(label)
                     continue
             if label == "loss batch":  # verl itself sees the garbage (the adapter would clean it)

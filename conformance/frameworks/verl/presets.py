@@ -116,7 +116,10 @@ PRESETS: tuple[Preset, ...] = (
         "log-ratio clamp +-20 (:1338) has no decoupled keyword: see NOT_EXPRESSIBLE.",
     ),
     # Canonical, so absent: corrected_policy_loss (rollout_corr_helper.py:412: the rejection mask
-    # multiplies response_mask, so a rejected token leaves the loss and its denominator: "drop");
+    # multiplies response_mask, so a rejected token leaves the loss and its denominator: "drop"; read for
+    # the legacy trainer, whose loss takes response_mask. The v1 trainer copies loss_mask from
+    # response_mask at rollout (v1/agent_loop_tq.py:199) before the rejection, so there a rejected token
+    # may stay in the token-mean's count: not read to the end, so not claimed either way);
     # rollout_rejection_mask (rollout_corr_helper.py:197-414: k1 = -log_ratio
     # = rollout - old, k2, k3 = exp(log_ratio) - 1 - log_ratio, i.e. kl_of="rollout_old"; bounds have
     # no default, rollout_rs_threshold is required).
