@@ -27,7 +27,7 @@ MUTANT = Mutant(
     catalogue=28,
     cites=("arXiv:2506.13585", "tinker-cookbook#763"),
     signature={"cispo_token_loss": ("property", "golden", "invariant:on_policy", "preset:trl", "preset:verl",
-                                    "preset:open_instruct", "preset:rlhf_book", "preset:skyrl",
+                                    "preset:open_instruct", "preset:rlhf_book", "preset:skyrl", "preset:skyrl@a956457",
                                     "preset:ms_swift")},
     replace={"cispo_token_loss": cispo_token_loss},
 )

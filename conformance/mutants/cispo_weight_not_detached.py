@@ -35,6 +35,6 @@ MUTANT = Mutant(
     catalogue=28,
     cites=("arXiv:2506.13585", "Liger#1054", "slime#2067", "bug-catalogue class 28 [U]"),
     signature={"cispo_token_loss": ("property", "golden", "invariant:on_policy", "preset:trl", "preset:verl",
-                                    "preset:open_instruct", "preset:rlhf_book", "preset:skyrl")},
+                                    "preset:open_instruct", "preset:rlhf_book", "preset:skyrl", "preset:skyrl@a956457")},
     replace={"cispo_token_loss": cispo_token_loss},
 )
