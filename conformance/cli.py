@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "conformance.commands.train",
     "conformance.commands.async_study",
     "conformance.commands.e2e",
+    "conformance.commands.replay",
     "conformance.commands.site",
 )
 

@@ -51,7 +51,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--n-seeds", type=int, default=REFERENCE_N_SEEDS, help="property cases per quantity (default 8)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per (quantity, adapter) row")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    p.add_argument("--no-refimpl", action="store_true", help="skip the refimpl false-positive run")
+    p.add_argument("--no-refimpl", action="store_true", help="skip the refimpl false-positive runs")
+    p.add_argument("--no-wiring", action="store_true",
+                   help="skip the wiring mutants (training-step bugs planted in the refimpl trainer, each recorded "
+                   "with `rlspec train --trace` and replayed)")
+    p.add_argument("--no-functions", action="store_true", help="skip the function-level mutants")
     p.set_defaults(func=run)
 
 
@@ -90,6 +94,8 @@ class MutantsReport:
     results: list[MutantResult]
     refimpl_false_positives: list[dict[str, Any]] | None
     seconds: float
+    wiring: list[Any] = field(default_factory=list)  # conformance.mutants.wiring.judge.WiringResult
+    wiring_false_positives: list[dict[str, Any]] | None = None
 
     @property
     def reference_run(self) -> bool:
@@ -109,6 +115,8 @@ class MutantsReport:
             return False
         if self.reference_run and not all(r.as_declared for r in self.results):
             return False
+        if not all(w.caught and w.named for w in self.wiring) or self.wiring_false_positives:
+            return False
         return not self.refimpl_false_positives
 
     def to_json(self) -> dict[str, Any]:
@@ -121,6 +129,8 @@ class MutantsReport:
             "diagnosed": self.n_diagnosed,
             "total": len(self.results),
             "refimpl_false_positives": self.refimpl_false_positives,
+            "wiring": [w.to_json() for w in self.wiring],
+            "wiring_false_positives": self.wiring_false_positives,
             "seconds": round(self.seconds, 3),
             "ok": self.ok,
         }
@@ -187,17 +197,28 @@ def _first_finding(message: str) -> str:
 
 
 def run_mutants(*, only: list[str] | None = None, seed: int = REFERENCE_SEED, n_seeds: int = REFERENCE_N_SEEDS,
-                timeout: float = 120.0, refimpl: bool = True, progress: bool = False) -> MutantsReport:
+                timeout: float = 120.0, refimpl: bool = True, progress: bool = False, functions: bool = True,
+                wiring: bool = True) -> MutantsReport:
     from conformance.mutants import all_mutants
+    from conformance.mutants.wiring import discover as wiring_mutants
+    from conformance.mutants.wiring.judge import false_positives, judge
 
     t0 = time.perf_counter()
-    fps = refimpl_false_positives(seed=seed, n_seeds=n_seeds, timeout=timeout) if refimpl else None
+    chosen = select(all_mutants(), only) if functions else []
+    fps = refimpl_false_positives(seed=seed, n_seeds=n_seeds, timeout=timeout) if refimpl and chosen else None
     results = []
-    for mutant in select(all_mutants(), only):
+    for mutant in chosen:
         if progress:
             print(f"  {mutant.name} ...", file=sys.stderr, end="\r")
         results.append(evaluate(mutant, seed=seed, n_seeds=n_seeds, timeout=timeout))
-    return MutantsReport(seed, n_seeds, results, fps, time.perf_counter() - t0)
+    planted = select(wiring_mutants(), only) if wiring else []
+    wired = []
+    for mutant in planted:
+        if progress:
+            print(f"  {mutant.name} ...", file=sys.stderr, end="\r")
+        wired.append(judge(mutant))
+    wfps = false_positives(planted) if refimpl and planted else None
+    return MutantsReport(seed, n_seeds, results, fps, time.perf_counter() - t0, wired, wfps)
 
 
 def _short(text: str, width: int) -> str:
@@ -205,6 +226,8 @@ def _short(text: str, width: int) -> str:
 
 
 def render(report: MutantsReport) -> str:
+    if not report.results:  # --no-functions
+        return "\n".join(([render_wiring(report)] if report.wiring else []) + [f"{report.seconds:.1f}s"])
     header = ["mutant", "#", "verdict", "first failing check", "diagnosed", "signature", "bug class"]
     body = []
     for r in report.results:
@@ -234,6 +257,8 @@ def render(report: MutantsReport) -> str:
     lines.append("")
     n = len(report.results)
     lines.append(f"caught {report.n_caught}/{n}, diagnosed {report.n_diagnosed}/{n}")
+    if report.wiring:
+        lines += ["", render_wiring(report)]
     if report.refimpl_false_positives is None:
         lines.append("refimpl: not run (--no-refimpl)")
     elif not report.refimpl_false_positives:
@@ -249,10 +274,37 @@ def render(report: MutantsReport) -> str:
     return "\n".join(lines)
 
 
+def render_wiring(report: MutantsReport) -> str:
+    """The wiring mutants' table: each one's replay link, whether it FAILs and names the bug."""
+    header = ["wiring mutant", "link", "verdict", "named", "also failing", "bug class"]
+    body = [[w.name, w.link, "caught" if w.caught else f"MISSED ({w.status})", "yes" if w.named else "NO",
+             ", ".join(x.removeprefix("trace.") for x in w.other_failing) or "-", _short(w.bug_class, 70)]
+            for w in report.wiring]
+    widths = [max(len(x) for x in col) for col in zip(header, *body)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in body]
+    for w in report.wiring:
+        if not w.named:
+            lines.append(f"  {w.name}: {w.message}")
+    n = len(report.wiring)
+    lines += ["", f"wiring: caught {sum(w.caught for w in report.wiring)}/{n}, named {sum(w.named for w in report.wiring)}/{n} "
+              "(rlspec replay of each mutant's rlspec train --trace)"]
+    fps = report.wiring_false_positives
+    if fps is None:
+        lines.append("refimpl trainer: not run (--no-refimpl)")
+    elif not fps:
+        lines.append("refimpl trainer: every link passes in every mutant's configuration (0 false positives)")
+    else:
+        lines.append(f"refimpl trainer: {len(fps)} FALSE POSITIVE(S):")
+        lines += [f"  {fp['link']} ({fp['setup']}): {fp['message']}" for fp in fps]
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     report = run_mutants(only=args.only, seed=args.seed, n_seeds=args.n_seeds, timeout=args.timeout,
-                         refimpl=not args.no_refimpl, progress=sys.stderr.isatty())
-    if not report.results:
+                         refimpl=not args.no_refimpl, progress=sys.stderr.isatty(), functions=not args.no_functions,
+                         wiring=not args.no_wiring)
+    if not report.results and not report.wiring:
         print(f"rlspec mutants: no mutant matches {args.only}")
         return 2
     print(render(report))

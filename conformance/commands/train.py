@@ -82,6 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--verify", action="store_true",
                         help="recompute every optimizer update with the oracle (loss, d loss/d logp, log-probs, "
                              "masks, advantages, step-0 identities) and stop at the first mismatch")
+    parser.add_argument("--trace", metavar="DIR", default=None,
+                        help="record every optimizer update as an rlspec trace in DIR (every rank its own rows), "
+                             "for `rlspec replay DIR`")
     parser.add_argument("--ray-address", metavar="ADDR", default=None,
                         help="with --async: join a running Ray cluster ('auto', or host:port) whose nodes host the "
                              "rollout actors [start a private local cluster]")
@@ -157,13 +160,18 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = _config_overrides(args)
     verifier = TrainerVerifier() if args.verify else None
+    hook: Any = verifier
+    if args.trace:
+        from conformance.trainer_trace import TraceHook
+
+        hook = TraceHook(args.trace, then=verifier)
     t0 = time.perf_counter()
     try:
         if args.resume:
             if args.out:
                 overrides["out_dir"] = args.out
             saved = TrainConfig.from_dict(load_checkpoint_config(args.resume))
-            trainer = _trainer_class(saved).resume(args.resume, overrides=overrides, on_step=verifier,
+            trainer = _trainer_class(saved).resume(args.resume, overrides=overrides, on_step=hook,
                                                    progress=not args.no_progress, log=log, **_async_kwargs(saved, args))
             log(f"[train] resumed {trainer._resumed_from} at step {trainer.step}")
         else:
@@ -172,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
             if (Path(cfg.out_dir) / "checkpoints" / "latest").exists() and not args.overwrite:
                 raise ValueError(f"--out {cfg.out_dir}: holds a run already; continue it with --resume {cfg.out_dir}, "
                                  "or start afresh with --overwrite")
-            trainer = _trainer_class(cfg)(cfg, on_step=verifier, progress=not args.no_progress, log=log,
+            trainer = _trainer_class(cfg)(cfg, on_step=hook, progress=not args.no_progress, log=log,
                                           **_async_kwargs(cfg, args))
         cfg = trainer.cfg
         log(f"[train] {cfg.algo} advantages, {cfg.loss} loss, agg {cfg.agg}, {cfg.prompts_per_step} prompts x "

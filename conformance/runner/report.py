@@ -75,6 +75,7 @@ class Report:
     seconds: float = 0.0
     fail_on: tuple[str, ...] = DEFAULT_FAIL_ON
     strict_precision: bool = False
+    command: str = ""  # the command that reproduces the report, when not `rlspec check` (`rlspec replay DIR`)
 
     @property
     def ok(self) -> bool:
@@ -90,6 +91,8 @@ class Report:
 
     @property
     def reproduce(self) -> str:
+        if self.command:
+            return self.command
         return (f"rlspec check --seed {self.seed} --n-seeds {self.n_seeds}"
                 + "".join(f" --adapter {a.ref or a.name}" for a in self.adapters)
                 + (" --strict-precision" if self.strict_precision else ""))

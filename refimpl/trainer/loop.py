@@ -131,6 +131,7 @@ class StepRecord:
     rollout: RolloutRecord | None = None  # set on the first update of each step
     fused: bool = True  # log-probs through the fused hidden-state path (else from materialised logits)
     prompt_width: int = 0  # columns [0, prompt_width) hold the (left-padded) prompt
+    head_grad: torch.Tensor | None = None  # LM-head weight gradient after accumulation and all-reduce, before clipping (with weight)
 
     @property
     def first_of_step(self) -> bool:
@@ -460,6 +461,9 @@ class Trainer:
                             upd[k] = upd[k] + v
                     if rec is not None:
                         records.append(rec)
+                wants_hidden = self.on_step is not None and bool(getattr(self.on_step, "wants_hidden", False))
+                # the LM head's accumulated, all-reduced gradient before clipping (a trace's probe)
+                head_grad = _cpu(self.policy.lm.get_output_embeddings().weight.grad) if wants_hidden else None
                 max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else math.inf
                 norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(), max_norm)
                 if not torch.isfinite(norm):
@@ -468,14 +472,13 @@ class Trainer:
                     )
                 grad_norms.append(float(norm))
                 if self.on_step is not None:
-                    wants_hidden = bool(getattr(self.on_step, "wants_hidden", False))
                     self.on_step(StepRecord(
                         step=self.step, epoch=epoch, minibatch=mb_idx, update=self.update, rank=self.rank,
                         world_size=self.world, config=cfg, num_tokens=float(counts.num_tokens),
                         num_seqs=float(counts.num_seqs), micro=records, grad_norm=float(norm),
                         weight=_cpu(self.policy.lm.get_output_embeddings().weight) if wants_hidden else None,
                         rollout=rollout if (epoch == 0 and mb_idx == 0) else None, fused=self.policy.fused,
-                        prompt_width=batch.prompt_width,
+                        prompt_width=batch.prompt_width, head_grad=head_grad,
                     ))
                 self.optimizer.step()
                 self.update += 1

@@ -1,10 +1,10 @@
 """The import graph keeps its layers: every import of rlspec's own code runs downward (or within a layer), and
 no module imports itself back through others (no import circle).
 
-    0  oracle, refimpl                                  (each independent of the other and of conformance)
+    0  oracle, refimpl, rlspec                          (each independent of the others and of conformance)
     1  records: conformance/{__init__, errors, tolerances}.py, spec/, records/, vectors/
     2  runner: conformance/runner/
-    3  frameworks/, mutants/, bench/, experiments/, trainer_verify.py
+    3  frameworks/, mutants/, bench/, experiments/, trace/, trainer_verify.py, trainer_trace.py
     4  CLI and site: commands/, cli.py, pytest_plugin.py, test_adapter_conformance.py, site/, readme.py
 
 Every import statement counts, at module level or inside a function. What a lower layer reaches by
@@ -20,12 +20,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("oracle", "refimpl", "conformance")
+PACKAGES = ("oracle", "refimpl", "rlspec", "conformance")
 LAYER_OF_PREFIX = (  # the first prefix that matches a module's dotted name decides its layer
-    ("oracle", 0), ("refimpl", 0),
+    ("oracle", 0), ("refimpl", 0), ("rlspec", 0),
     ("conformance.runner", 2),
     ("conformance.frameworks", 3), ("conformance.mutants", 3), ("conformance.bench", 3),
-    ("conformance.experiments", 3), ("conformance.trainer_verify", 3),
+    ("conformance.experiments", 3), ("conformance.trainer_verify", 3), ("conformance.trace", 3),
+    ("conformance.trainer_trace", 3),
     ("conformance.commands", 4), ("conformance.cli", 4), ("conformance.pytest_plugin", 4),
     ("conformance.test_adapter_conformance", 4), ("conformance.site", 4), ("conformance.readme", 4),
     ("conformance.records", 1), ("conformance.spec", 1), ("conformance.vectors", 1), ("conformance.tolerances", 1),
@@ -112,12 +113,14 @@ def test_imports_run_downward(module):
     assert not upward, f"{module} (layer {layer(module)}) imports {upward} from a higher layer"
 
 
-def test_oracle_and_refimpl_are_independent():
+def test_oracle_refimpl_and_rlspec_are_independent():
+    """rlspec (the trainer-side recorder) runs in a framework's own environment: it imports none of ours."""
+    bottom = ("oracle", "refimpl", "rlspec")
     for module, targets in GRAPH.items():
         root = module.split(".")[0]
-        if root in ("oracle", "refimpl"):
-            other = {"oracle": "refimpl", "refimpl": "oracle"}[root]
-            assert not any(t.split(".")[0] in (other, "conformance") for t in targets), (module, sorted(targets))
+        if root in bottom:
+            others = set(bottom) - {root} | {"conformance"}
+            assert not any(t.split(".")[0] in others for t in targets), (module, sorted(targets))
 
 
 def test_the_package_faces_are_not_cut_through_by_lower_layers():
