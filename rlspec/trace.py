@@ -95,7 +95,9 @@ CONFIG_KEYS: dict[str, str] = {
     "whiten_advantages": "GAE advantages whitened over the step", "kl_reward_coef": "PPO's KL-in-reward coefficient",
     "kl_reward_estimator": "PPO's KL-in-reward estimator", "vf_coef": "value-loss coefficient",
     "value_clip": "value clip range (or null)", "value_agg": "the value loss's aggregation mode",
-    "old_logp_source": "trainer (recomputed by the trainer, default) or rollout (the engine's log-probs are pi_old by design)",
+    "correction": "the learner's off-policy correction (none; any other: the loss links are not replayed)",
+    "rollout_rows": "rows one advantage computation spans, when a rollout feeds several optimizer steps",
+    "loss_mask_subset": "true when the trainer drops completion tokens from the loss by design (a rejection)",
     "grad_reduce": "mean (default: the data-parallel all-reduce averages) or sum",
     "eos_token_id": "the EOS token id (the mask link checks the completion ends at the first EOS)",
 }

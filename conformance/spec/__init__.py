@@ -10,12 +10,14 @@ SPEC_DIR = Path(__file__).parent / SPEC_VERSION
 
 
 def section_path(spec_id: str) -> Path:
-    """The file holding a spec id's section (`agg.token_mean` lives in `agg.md`)."""
+    """The file holding a spec id's section (`agg.token_mean` lives in `agg.md`, `trace.grad` in `trace.md`)."""
     path = SPEC_DIR / f"{spec_id}.md"
     if not path.exists() and spec_id.startswith("agg."):
         path = SPEC_DIR / "agg.md"
+    if not path.exists() and spec_id.startswith("trace."):  # the training-step links, one section each in trace.md
+        path = SPEC_DIR / "trace.md"
     if not path.exists():
-        known = ", ".join(sorted(p.stem for p in SPEC_DIR.glob("*.*.md")) + ["agg.*"])
+        known = ", ".join(sorted(p.stem for p in SPEC_DIR.glob("*.*.md")) + ["agg.*", "trace.*"])
         raise KeyError(f"unknown spec id {spec_id!r}; known: {known}")
     return path
 

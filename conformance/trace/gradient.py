@@ -27,7 +27,8 @@ from conformance.trace.links import NOT_CHECKED, LinkOutcome, _dtype, close, mis
 from conformance.trace.reader import StepTrace
 
 MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm", "token_sum")
-SEQUENCE_LOSSES = ("gspo",)  # their token loss couples the tokens of a row: the VJP is not diagonal
+SEQUENCE_LOSSES = ("gspo",)
+PROBE_CHUNK_VALUES = 2 ** 24  # logits per oracle call of the probe link (128 MiB of float64)  # their token loss couples the tokens of a row: the VJP is not diagonal
 
 
 @dataclass
@@ -350,16 +351,18 @@ def loss_link(s: StepTrace, explanation: Explanation | None) -> LinkOutcome:
         return vpart
     per_token = l * norm.weights + ent
     red = reduction(s)
-    got, exp = [], []
+    got, exp, size = [], [], []
     for d, j, value in s.losses:
         rows = np.flatnonzero(s.dp_of == d)
         i = int(np.unique(s.mb_of[rows])[j])
         sel = s.mb_of == i
-        exp.append((per_token[sel].sum() + (vpart[sel].sum() if vpart is not None else 0.0)) / red)
+        terms = np.concatenate([per_token[sel].ravel(), vpart[sel].ravel() if vpart is not None else []])
+        exp.append(terms.sum() / red)
+        size.append(np.abs(terms).sum() / red)  # the sum's terms cancel (advantages of mean 0): compare at their size
         got.append(value)
     got_a, exp_a = np.array(got), np.array(exp)
     tol = tolerance("agg.aggregate", _dtype(s, "logp"))
-    ok, ma, mr, worst = close(got_a, exp_a, tol, scaled=True)
+    ok, ma, mr, worst = close(got_a, exp_a, tol, scale=max(size) or 1.0)
     if ok:
         return LinkOutcome("pass" if scope == "step" else "preset", f"each micro-batch's loss is its share of {norm.label}",
                            max_abs=ma, max_rel=mr, n=len(got), preset=None if scope == "step" else f"{mode} per micro-batch")
@@ -471,10 +474,16 @@ def probe_link(s: StepTrace) -> LinkOutcome:
     T = float(s.config.get("temperature", 1.0))
     h, ids = s.get("hidden"), s.get("input_ids").astype(np.int64)
 
+    # the oracle materialises [rows, T, V] float64 logits: rows in chunks of about PROBE_CHUNK_VALUES values
+    chunk = max(1, int(PROBE_CHUNK_VALUES // max(1, h.shape[1] * W.shape[0])))
+
     def through_head(g_logp: np.ndarray, g_ent: np.ndarray | None) -> np.ndarray:
-        dW = oracle.token_logprobs_from_hidden_grad(h, W, ids, mask, g_logp, temperature=T)[1]
-        if g_ent is not None and np.any(g_ent):
-            dW = dW + oracle.token_entropy_from_hidden_grad(h, W, mask, g_ent, temperature=T)[1]
+        dW = np.zeros(W.shape, dtype=np.float64)
+        for a in range(0, h.shape[0], chunk):
+            b = slice(a, a + chunk)
+            dW += oracle.token_logprobs_from_hidden_grad(h[b], W, ids[b], mask[b], g_logp[b], temperature=T)[1]
+            if g_ent is not None and np.any(g_ent[b]):
+                dW += oracle.token_entropy_from_hidden_grad(h[b], W, mask[b], g_ent[b], temperature=T)[1]
         return dW
 
     c = float(s.config.get("entropy_coef", 0.0) or 0.0)

@@ -46,13 +46,15 @@ def _dtype(s: StepTrace, name: str) -> str:
     return d if d in ("float64", "float32", "bfloat16") else ("bfloat16" if d == "float16" else "float32")
 
 
-def close(actual: np.ndarray, expected: np.ndarray, tol: Tol, *, scaled: bool = False) -> tuple[bool, float, float, int]:
+def close(actual: np.ndarray, expected: np.ndarray, tol: Tol, *, scaled: bool = False,
+          scale: float | None = None) -> tuple[bool, float, float, int]:
     """(within tolerance, max abs error, max rel error, flat index of the worst element). ``scaled``: both are
-    divided by max |expected| first (gradients of a step objective are O(1/N) per token)."""
+    divided by max |expected| first (gradients of a step objective are O(1/N) per token); ``scale``: by that
+    magnitude instead (a sum's, whose terms cancel: the size of its terms)."""
     a, e = np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64)
     if a.size == 0:
         return True, 0.0, 0.0, -1
-    s = float(np.max(np.abs(e))) if scaled else 1.0
+    s = scale if scale is not None else (float(np.max(np.abs(e))) if scaled else 1.0)
     s = s if s > 0 else 1.0
     err = np.abs(a - e) / s
     bound = tol.atol + tol.rtol * np.abs(e) / s
