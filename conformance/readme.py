@@ -248,6 +248,31 @@ def mutants_table() -> str:
     return mutants_table_markdown().rstrip("\n")
 
 
+def wiring_mutants_table() -> str:
+    """The wiring mutants (conformance/mutants/wiring/): each bug, the replay link that catches it, the name it gets."""
+    from conformance.mutants.wiring import discover
+
+    lines = ["| wiring mutant | bug | caught at | named as | setup | where it happened |", "|---|---|---|---|---|---|"]
+    for m in discover():
+        setup = ", ".join(f"{k}={v}" for k, v in m.config.items()) or "base"
+        if m.world_size > 1:
+            setup += f"; {m.world_size} ranks"
+        if m.cp_size > 1:
+            setup += f"; cp {m.cp_size}"
+        lines.append(f"| `{m.name}` | {m.bug_class} | `{m.link}` | \"{m.identifies}\" | {setup} | {'; '.join(m.cites)} |")
+    return "\n".join(lines)
+
+
+def trace_tensors_table() -> str:
+    """rlspec.trace's tensor names (per micro-batch, then per step)."""
+    from rlspec.trace import MICRO_TENSORS, STEP_TENSORS
+
+    lines = ["| tensor | recorded | what |", "|---|---|---|"]
+    lines += [f"| `{n}` | per micro-batch | {d} |" for n, d in MICRO_TENSORS.items()]
+    lines += [f"| `{n}` | per step | {d} |" for n, d in STEP_TENSORS.items()]
+    return "\n".join(lines)
+
+
 def bench_table(name: str) -> Callable[[], str]:
     """The `rlspec bench` tables of conformance/reports/bench_<name>.json (committed results)."""
 
@@ -287,6 +312,8 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "frameworks-summary": frameworks_summary,
     "spec-summary": spec_summary,
     "mutants": mutants_table,
+    "wiring-mutants": wiring_mutants_table,
+    "trace-tensors": trace_tensors_table,
     "spec": spec_table,
     "spec-index": spec_index,
     "presets": preset_table,
