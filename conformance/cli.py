@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "conformance.commands.async_study",
     "conformance.commands.e2e",
     "conformance.commands.replay",
+    "conformance.commands.record",
     "conformance.commands.site",
 )
 

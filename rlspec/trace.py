@@ -87,6 +87,7 @@ CONFIG_KEYS: dict[str, str] = {
     "agg_scope": "step (the step's global counts, the spec; default) or micro_batch (counts of each micro-batch, a documented convention)",
     "norm_length": "seq_mean_token_sum_norm's constant L",
     "eps_low": "lower clip epsilon", "eps_high": "upper clip epsilon", "dual_clip": "dual-clip constant c (or null)",
+    "cispo_bound": "CISPO's bounds: relative (the weight capped at 1 + eps_high, default) or absolute (at eps_high)",
     "kl_coef": "coefficient of the KL term in the loss (0: none)", "kl_estimator": "k1, k2, k3, low_var_kl, ...",
     "entropy_coef": "coefficient of the entropy bonus in the loss (0: none)",
     "temperature": "the temperature of the log-probs", "group_size": "completions per prompt",

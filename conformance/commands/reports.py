@@ -1,6 +1,7 @@
 """`rlspec reports`: regenerate the published conformance reports of the real frameworks.
 
-For each framework adapter that loads, runs the full check (fixed seed) and writes
+For each framework adapter that loads, runs the full check (fixed seed), adds the replay rows of every
+scenario its recorder writes (`trace[<scenario>].<link>`, `conformance.trace.frameworks`) and writes
 `conformance/reports/<adapter>.md` and `<adapter>.json`; an adapter that is not installed keeps its
 previous report and is named on stdout. The README's framework table is generated from the JSONs.
 
@@ -48,15 +49,25 @@ def run(args: argparse.Namespace) -> int:
             return 2
         print(diff_markdown(diff_reports(old, new)))
         return 0
+    from conformance.trace.frameworks import trace_rows, with_recorder
+
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    broken = []
     for name in args.adapter or FRAMEWORKS:
         rep = run_checks([name], select_records(None), RunOptions(seed=args.seed, n_seeds=args.n_seeds, timeout=600))
         info = rep.adapters[0]
         if info.status != "ok":
             print(f"{name}: {info.status.replace('_', ' ')} ({info.message}); kept the previous report")
             continue
+        if name in with_recorder():
+            try:
+                rep.rows += trace_rows(name, seed=args.seed)
+            except RuntimeError as exc:  # the framework loads but its real trainer does not run: a broken run
+                print(f"{name}: recorder failed, report not written: {exc}", file=sys.stderr)
+                broken.append(name)
+                continue
         reports.write_outputs(rep, json_path=str(out / f"{name}.json"), junit_path=None, markdown_path=str(out / f"{name}.md"))
         counts = {s: sum(r.status == s for r in rep.rows) for s in STATUSES}
         print(f"{name} {info.version}: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
-    return 0
+    return 2 if broken else 0

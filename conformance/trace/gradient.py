@@ -154,7 +154,8 @@ class _Terms:
         elif name == "gspo":
             self.kw = dict(eps_low=float(cfg.get("eps_low", 3e-4)), eps_high=float(cfg.get("eps_high", 4e-4)))
         elif name == "cispo":
-            self.kw = dict(eps_low=cfg.get("eps_low"), eps_high=float(cfg.get("eps_high", 0.28)))
+            self.kw = dict(eps_low=cfg.get("eps_low"), eps_high=float(cfg.get("eps_high", 0.28)),
+                           bound=str(cfg.get("cispo_bound", "relative")))
         elif name == "pg":
             self.kw = {}
         else:
