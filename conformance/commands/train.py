@@ -142,6 +142,16 @@ def _close_distributed(clean: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.compare:
         return _compare(args)
+    started_dist = _init_distributed()
+    code = _train(args, started_dist)
+    if started_dist:
+        from refimpl.trainer._dist import exit_skipping_finalization
+
+        exit_skipping_finalization(code)
+    return code
+
+
+def _train(args: argparse.Namespace, started_dist: bool) -> int:
     import torch
 
     from conformance.trainer_verify import TrainerVerifier, VerificationError
@@ -151,7 +161,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    started_dist = _init_distributed()
     rank = int(os.environ.get("RANK", "0"))
 
     def log(line: str) -> None:

@@ -4,6 +4,9 @@ world size, all-gather of equal-shape tensors, all-reduce, barrier); all no-ops 
 
 from __future__ import annotations
 
+import os
+import sys
+
 import torch
 import torch.distributed as dist
 
@@ -42,4 +45,15 @@ def barrier() -> None:
         dist.barrier()
 
 
-__all__ = ["StepCounts", "step_counts", "micro_batch_loss", "rank", "world_size", "all_gather_rows", "all_reduce_", "barrier", "initialized"]
+def exit_skipping_finalization(code: int) -> None:
+    """End a rank whose process group is destroyed: flush its output and leave without interpreter
+    finalization. There, gloo's C++ threads can still be joinable or hold tensors while static destructors run,
+    and a rank that succeeded aborts ("terminate called without an active exception", SIGABRT; seen in CI with
+    ``rlspec train --trace`` under torchrun, after the closing barrier and destroy_process_group)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+__all__ = ["StepCounts", "step_counts", "micro_batch_loss", "rank", "world_size", "all_gather_rows", "all_reduce_", "barrier", "initialized",
+           "exit_skipping_finalization"]

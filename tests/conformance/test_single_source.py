@@ -33,6 +33,8 @@ NOT_LISTS = {
     ("conformance/bench/", "gae"): "the benchmark kind 'gae' (a key of bench results), the quantity it times",
     ("conformance/commands/bench.py", "gae"): "the benchmark kind 'gae'",
     ("conformance/trainer_verify.py", "gae"): "the name of the trainer check that verifies GAE",
+    ("conformance/trace/", "gae"): "the value 'gae' of a trace's claimed `algorithm` (trace.md), not a list",
+    ("conformance/trainer_trace.py", "gae"): "the trainer's claimed `algorithm` written into its trace",
     ("refimpl/trainer/", "policy_loss"): "a training metric named after the loss it logs",
     ("conformance/experiments/tiny_policy.py", "pg_token_loss"): "the functions the experiment runs (its own needs)",
     ("conformance/experiments/tiny_policy.py", "ppo_token_loss"): "the functions the experiment runs",

@@ -3,5 +3,6 @@
 import sys
 
 from conformance.mutants.wiring.base import rank_main
+from refimpl.trainer._dist import exit_skipping_finalization
 
-raise SystemExit(rank_main(sys.argv[1:]))
+exit_skipping_finalization(rank_main(sys.argv[1:]))
