@@ -8,7 +8,8 @@ d loss/d logp (``retain_grad``), old, reference and (asynchronous mode) behaviou
 row and group ids, advantages, the critic's values, targets and d loss/d values (PPO), per-token rewards,
 the final hidden states and the micro-batch loss; per update the LM-head weight and its gradient after
 accumulation and the DDP all-reduce, before clipping. The manifest's ``config`` is the trainer's resolved
-``TrainConfig`` in trace keys.
+``TrainConfig`` in trace keys. With ``cp_size`` > 1 every rank records its token columns of each per-token
+tensor (``cp_columns``; the hidden states too: the trainer runs the whole rows), as part ``dp<d>-cp<c>``.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class TraceHook:
                 self.directory, config=trace_config(rec.config),
                 trainer={"name": "refimpl", "version": f"rlspec trainer, torch {torch.__version__}",
                          "world_size": rec.world_size},
-                dp_rank=rec.rank, dp_size=rec.world_size)
+                dp_rank=rec.rank // rec.config.cp_size, dp_size=rec.world_size // rec.config.cp_size,
+                cp_rank=rec.rank % rec.config.cp_size, cp_size=rec.config.cp_size)
         if rec.rollout is not None:
             self._rollout = rec.rollout
         ro = self._rollout
@@ -89,6 +91,11 @@ class TraceHook:
             if m.values is not None:
                 tensors.update(values=m.values, grad_values=m.grad_values, old_values=m.old_values, returns=m.returns,
                                token_rewards=ro.token_rewards[a:b] if ro.token_rewards is not None else None)
+            if m.cp_columns is not None:  # context parallelism: this rank's token columns of every per-token tensor
+                width = m.input_ids.shape[1]
+                tensors = {k: (v.index_select(1, m.cp_columns) if isinstance(v, torch.Tensor) and v.dim() >= 2
+                               and v.shape[1] == width else v) for k, v in tensors.items()}
+                tensors["cp_columns"] = m.cp_columns
             r.micro_batch(**{k: v for k, v in tensors.items() if v is not None})
         if rec.head_grad is not None:
             r.probe("lm.lm_head.weight", rec.head_grad, lm_head_weight=rec.weight)

@@ -6,13 +6,15 @@ accumulation and returned in their input dtype. Masked inputs never reach an out
 
 The package exports the `__all__` of each module below (`refimpl.policy_losses.__all__`, ...): a function is public
 when its module lists it, and nothing here lists a function. Beyond the spec functions: the data-parallel
-helpers (`distributed`), the tensor-parallel LM head (`vocab_parallel`) and packed rows (`packed`).
+helpers (`distributed`), the tensor-parallel LM head (`vocab_parallel`), packed rows (`packed`) and context
+parallelism (`context_parallel`).
 """
 
 from refimpl import (
     advantages,
     aggregation,
     composite,
+    context_parallel,
     controllers,
     covariance,
     distributed,
@@ -34,7 +36,8 @@ from refimpl import (
 )
 
 _MODULES = (logprobs, fused_head, advantages, rewards, gae, whiten, kl, policy_losses, value_loss, aggregation, composite,
-            metrics, offpolicy, estimators, covariance, entropy_terms, controllers, reward_shaping, distributed, vocab_parallel, packed)
+            metrics, offpolicy, estimators, covariance, entropy_terms, controllers, reward_shaping, distributed, vocab_parallel, packed,
+            context_parallel)
 
 __all__: list[str] = [name for module in _MODULES for name in module.__all__]
 globals().update({name: getattr(module, name) for module in _MODULES for name in module.__all__})

@@ -25,9 +25,10 @@ a rank with no valid token contributes an exact 0 (and a zero gradient, never Na
 its backward pass, which DDP requires; empty micro-batches never enter a divisor. The step's loss
 value is ``Σ_{r,i} loss_{r,i} / W`` (all-reduce the rank's sum of ``loss.detach()`` and divide by W).
 
-Groups. With tensor or context parallelism, ``group`` must be the DP group (the ranks that see
-*different* data) and ``dp_world_size`` its size: ranks that hold the same tokens must not be
-counted twice. Without ``torch.distributed`` initialised both functions work on one process
+Groups. With tensor parallelism, ``group`` must be the DP group (the ranks that see *different*
+data) and ``dp_world_size`` its size: ranks that hold the same tokens must not be counted twice.
+Context parallelism shards the tokens themselves, so its counts run over DP × CP: see
+:mod:`refimpl.context_parallel`. Without ``torch.distributed`` initialised both functions work on one process
 (no communication, ``W = 1``), so the same trainer code runs single-device.
 
 The vocabulary-parallel log-probs and entropies (Megatron-style tensor parallelism of the LM head)

@@ -136,7 +136,7 @@ def _merge_cp(shards: list[dict[str, np.ndarray]], where: str) -> tuple[dict[str
         parts = [s.get(name) for s in shards]
         if any(p is None for p in parts):
             continue
-        if name in _ROW or name in _SCALAR:
+        if name in _ROW or name in _SCALAR or parts[0].ndim < 2:  # per-row ([b]: e.g. sequence advantages) or scalar
             if name == "loss":
                 out[name] = np.asarray(sum(float(p) for p in parts))  # each CP rank's share of the micro-batch loss
                 continue

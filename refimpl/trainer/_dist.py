@@ -1,6 +1,8 @@
-"""Data-parallel helpers of the trainer: the distributed-exact aggregation of ``refimpl.distributed``
-(``StepCounts``, ``step_counts``, ``micro_batch_loss``) and the few collectives the trainer needs (rank,
-world size, all-gather of equal-shape tensors, all-reduce, barrier); all no-ops on one process."""
+"""Data- and context-parallel helpers of the trainer: the distributed-exact aggregation of ``refimpl.distributed``
+(``StepCounts``, ``step_counts``, ``micro_batch_loss``) and ``refimpl.context_parallel`` (``cp_step_counts``,
+``cp_micro_batch_loss``), and the few collectives the trainer needs (rank, world size, the CP groups, all-gather
+of equal-shape tensors, all-reduce, barrier); all no-ops on one process. The trainer calls the aggregation
+through this module, where a wiring mutant replaces it."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 import torch
 import torch.distributed as dist
 
+from refimpl.context_parallel import cp_micro_batch_loss, cp_step_counts
 from refimpl.distributed import StepCounts, micro_batch_loss, step_counts
 
 
@@ -40,6 +43,28 @@ def all_reduce_(x: torch.Tensor, op: str = "sum") -> torch.Tensor:
     return x
 
 
+def cp_group(cp_size: int) -> object:
+    """This rank's context-parallel group: ranks ``[k·cp_size, (k+1)·cp_size)`` (every rank creates every group,
+    as ``new_group`` requires); None without CP."""
+    if cp_size == 1 or not initialized():
+        return None
+    mine = None
+    for k in range(world_size() // cp_size):
+        group = dist.new_group(list(range(k * cp_size, (k + 1) * cp_size)))
+        if k == rank() // cp_size:
+            mine = group
+    return mine
+
+
+def all_gather_dp_rows(x: torch.Tensor, cp_size: int) -> torch.Tensor:
+    """Every data-parallel rank's ``x`` in DP-rank order: the world's all-gather, one copy per CP group (the CP
+    ranks of a group hold the same rows)."""
+    rows = all_gather_rows(x)
+    if cp_size == 1:
+        return rows
+    return torch.cat(rows.split(x.shape[0])[::cp_size], dim=0)
+
+
 def barrier() -> None:
     if initialized() and world_size() > 1:
         dist.barrier()
@@ -55,5 +80,6 @@ def exit_skipping_finalization(code: int) -> None:
     os._exit(code)
 
 
-__all__ = ["StepCounts", "step_counts", "micro_batch_loss", "rank", "world_size", "all_gather_rows", "all_reduce_", "barrier", "initialized",
+__all__ = ["StepCounts", "step_counts", "micro_batch_loss", "cp_step_counts", "cp_micro_batch_loss", "cp_group",
+           "all_gather_dp_rows", "rank", "world_size", "all_gather_rows", "all_reduce_", "barrier", "initialized",
            "exit_skipping_finalization"]

@@ -47,6 +47,10 @@ class TrainConfig:
     """Where metrics.jsonl, summary.json, curves.png and checkpoints go (None: nothing written)."""
     device: str = "auto"
     """"auto" (CUDA when available, else CPU), "cpu" or "cuda"/"cuda:N"."""
+    cp_size: int = 1
+    """Context parallelism: the loss columns of every sequence split over cp_size ranks (refimpl.context_parallel;
+    the model runs whole on each rank), so world size = data-parallel size x cp_size. Token-level losses (not
+    gspo), synchronous, no critic."""
     checkpoint_every: int = 50
     """Write a checkpoint every N steps (and at the end); 0 disables periodic checkpoints."""
     keep_checkpoints: int = 2
@@ -238,6 +242,12 @@ class TrainConfig:
             raise ValueError(f"TrainConfig: behav_cap: expected > 0 or None, got {c.behav_cap!r}")
         if not c.temperature > 0:
             raise ValueError(f"TrainConfig: temperature: expected > 0, got {c.temperature!r}")
+        if int(c.cp_size) < 1:
+            raise ValueError(f"TrainConfig: cp_size: expected >= 1, got {c.cp_size!r}")
+        if c.cp_size > 1 and (c.loss == "gspo" or c.algo == "ppo" or c.asynchronous):
+            raise ValueError(f"TrainConfig: cp_size: {c.cp_size} needs a token-level loss without a critic in the "
+                             f"synchronous trainer (not loss 'gspo', algo 'ppo' or asynchronous), got loss {c.loss!r}, "
+                             f"algo {c.algo!r}, asynchronous {c.asynchronous}")
         if c.algo in ("grpo", "rloo") and c.group_size < 2:
             raise ValueError(f"TrainConfig: group_size: {c.algo} needs groups of >= 2, got {c.group_size}")
         return c

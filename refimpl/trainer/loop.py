@@ -87,6 +87,7 @@ class MicroRecord:
     behav_logp: torch.Tensor | None = None  # asynchronous mode: the actor's log-probs at sampling time
     is_weights: torch.Tensor | None = None  # the rollout correction's constant weights (weighted corrections)
     keep: torch.Tensor | None = None  # bool: the tokens the rejection keeps (weighted corrections)
+    cp_columns: torch.Tensor | None = None  # context parallelism: this rank's token columns (the loss's shard)
 
 
 @dataclass
@@ -173,7 +174,13 @@ class Trainer:
                  on_step: Hook | None = None, progress: bool = False, log: Callable[[str], None] | None = None) -> None:
         self.cfg = cfg = config.resolved()
         self.rank, self.world = _dist.rank(), _dist.world_size()
-        self.rows_per_micro = cfg.rows_per_micro_batch(self.world)
+        self.cp = cfg.cp_size
+        if self.world % self.cp:
+            raise ValueError(f"TrainConfig: cp_size: {self.cp} does not divide the world size {self.world}")
+        # data-parallel ranks sample different rows; the cp ranks of one group hold the same rows and split the loss
+        self.dp, self.dp_rank, self.cp_rank = self.world // self.cp, self.rank // self.cp, self.rank % self.cp
+        self.cp_group = _dist.cp_group(self.cp)
+        self.rows_per_micro = cfg.rows_per_micro_batch(self.dp)
         self.device = _device(cfg.device)
         self.task = task or DigitTask(cfg.task, cfg.min_digits, cfg.max_digits)
         lm = model if model is not None else build_model(
@@ -380,11 +387,11 @@ class Trainer:
         """This rank's rollout batch of the current step, and metrics about getting it. Synchronous:
         sampled here with the current weights (the asynchronous trainer takes it from its actors)."""
         cfg = self.cfg
-        n_local = cfg.prompts_per_step // self.world
+        n_local = cfg.prompts_per_step // self.dp
         prompts = sample_prompts(self.task, cfg.seed, self.step, cfg.prompts_per_step)
-        prompts = prompts[self.rank * n_local:(self.rank + 1) * n_local]
+        prompts = prompts[self.dp_rank * n_local:(self.dp_rank + 1) * n_local]
         batch = generate(self.policy.lm, self.task, prompts, group_size=cfg.group_size, temperature=cfg.temperature,
-                         max_new_tokens=cfg.max_new_tokens, seed=derived_seed(cfg.seed, self.step, self.rank, 0x5A3),
+                         max_new_tokens=cfg.max_new_tokens, seed=derived_seed(cfg.seed, self.step, self.dp_rank, 0x5A3),
                          device=self.device)
         return batch, {}
 
@@ -402,8 +409,8 @@ class Trainer:
                 batch.is_weights, batch.keep = correction.is_weights, correction.keep
             batch_metrics.update(correction_stats(cfg, batch.old_logp, batch.behav_logp, batch.mask, correction))
         B = batch.size
-        rewards_global = _dist.all_gather_rows(batch.rewards)
-        offset = self.rank * B
+        rewards_global = _dist.all_gather_dp_rows(batch.rewards, self.cp)
+        offset = self.dp_rank * B
         rollout = None
         if cfg.algo == "ppo":
             g = gae_advantages(cfg, batch.rewards, batch.old_logp, batch.ref_logp, batch.old_values, batch.mask)
@@ -430,6 +437,8 @@ class Trainer:
         stats = {"n_tok": n_tok, "kl_ref": k3_ref, "kl_ref_k1": k1_ref, "entropy": ent,
                  "correct": batch.correct.double().sum(), "len": batch.completion_lengths.double().sum(),
                  "truncated": batch.truncated.double().sum(), "rows": torch.tensor(float(B), dtype=torch.float64, device=dev)}
+        if self.cp_rank:  # the group's rows are counted once, on its CP rank 0
+            stats = {k: torch.zeros_like(v) for k, v in stats.items()}
         upd = {k: torch.zeros((), dtype=torch.float64, device=dev) for k in
                ("u_tok", "clip_high", "clip_low", "clip_dual", "ratio_sum", "approx_kl", "policy_loss", "value_loss", "first_ratio_dev")}
         ratio_max = torch.tensor(-math.inf, dtype=torch.float64, device=dev)
@@ -441,7 +450,11 @@ class Trainer:
             for mb_idx in range(cfg.num_minibatches):
                 lo = mb_idx * rows_mb
                 slices = [(s, s + self.rows_per_micro) for s in range(lo, lo + rows_mb, self.rows_per_micro)]
-                counts = _dist.step_counts([batch.loss_mask[a:b] for a, b in slices])
+                if self.cp > 1:
+                    tok = self._token_columns(batch.input_ids.shape[1])
+                    counts = _dist.cp_step_counts([batch.loss_mask[a:b][:, tok] for a, b in slices], cp_rank=self.cp_rank)
+                else:
+                    counts = _dist.step_counts([batch.loss_mask[a:b] for a, b in slices])
                 self.optimizer.zero_grad(set_to_none=True)
                 records: list[MicroRecord] = []
                 for j, (a, b) in enumerate(slices):
@@ -535,7 +548,17 @@ class Trainer:
             out.logp.retain_grad()
             if out.values is not None:
                 out.values.retain_grad()
-        if cfg.correction == "none":
+        tok = None
+        if self.cp > 1:  # the token loss of the whole rows, this rank's token columns of it in the loss
+            tok = self._token_columns(mb.input_ids.shape[1])
+            ell = objective_token_loss(cfg, out, mb.old_logp, mb.ref_logp, mb.advantages, mb.mask)[:, tok]
+            m_tok = mb.mask[:, tok]
+            n_s = (refimpl.cp_sequence_counts(m_tok, tok, cp_group=self.cp_group) if cfg.agg == "seq_mean_token_mean"
+                   else None)
+            policy_loss = _dist.cp_micro_batch_loss(ell, m_tok, counts, mode=cfg.agg, token_columns=tok,
+                                                    sequence_counts=n_s, norm_length=cfg.norm_length,
+                                                    world_size=self.world)
+        elif cfg.correction == "none":
             ell = objective_token_loss(cfg, out, mb.old_logp, mb.ref_logp, mb.advantages, mb.mask)
             policy_loss = _dist.micro_batch_loss(ell, mb.mask, counts, mode=cfg.agg, norm_length=cfg.norm_length,
                                                  dp_world_size=self.world)
@@ -555,6 +578,11 @@ class Trainer:
         with torch.no_grad():
             masks = clip_masks(cfg, out.logp.detach(), mb.old_logp, mb.advantages, mb.mask)
             m = mb.mask
+            if tok is not None:  # statistics over this rank's token columns (summed over the CP group)
+                own = torch.zeros(m.shape[1], dtype=torch.bool, device=m.device)
+                own[tok] = True
+                m = m & own
+                masks = {k: torch.where(own, v, torch.zeros_like(v)) for k, v in masks.items()}
             ratio = masks["ratio"].double()
             d = torch.where(m, out.logp.detach().double() - mb.old_logp.double(), 0.0)
             stats = {
@@ -584,9 +612,14 @@ class Trainer:
                 value_loss=None if value_loss is None else float(value_loss.detach()),
                 grad_values=_cpu(out.values.grad) if out.values is not None and out.values.grad is not None else None,
                 hidden=_cpu(out.hidden) if wants_hidden else None, behav_logp=_cpu(mb.behav_logp),
-                is_weights=_cpu(mb.is_weights), keep=_cpu(mb.keep),
+                is_weights=_cpu(mb.is_weights), keep=_cpu(mb.keep), cp_columns=_cpu(tok),
             )
         return stats, rec
+
+    def _token_columns(self, width: int) -> torch.Tensor:
+        """This CP rank's token columns of rows ``width`` columns wide (contiguous shards of the model columns)."""
+        cols = refimpl.cp_columns(width, self.cp, self.cp_rank)
+        return refimpl.cp_token_columns(cols, width).to(self.device)
 
 
 def train(config: TrainConfig, **kwargs: Any) -> dict[str, Any]:
