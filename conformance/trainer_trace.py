@@ -21,6 +21,7 @@ import torch
 
 from refimpl.trainer.config import TrainConfig
 from refimpl.trainer.loop import RolloutRecord, StepRecord
+from refimpl.trainer.rollout import UNTRUNCATED
 from refimpl.trainer.task import EOS_ID
 from rlspec.trace import TraceRecorder
 
@@ -36,6 +37,7 @@ def trace_config(cfg: TrainConfig) -> dict[str, Any]:
         "grpo_std_ddof": cfg.grpo_std_ddof, "grpo_eps": cfg.grpo_eps, "reinforce_baseline": cfg.reinforce_baseline,
         "grad_reduce": "mean", "eos_token_id": EOS_ID, "correction": cfg.correction,
         "loss_mask_subset": cfg.correction != "none", "rollout_rows": rows,
+        "sampling": {"temperature": cfg.temperature, **UNTRUNCATED},
     }
     if cfg.algo == "ppo":
         out.update(gamma=cfg.gamma, lam=cfg.lam, whiten_advantages=cfg.whiten_advantages, kl_reward_coef=cfg.kl_reward_coef,

@@ -68,6 +68,8 @@ MICRO_TENSORS: dict[str, str] = {
     "is_weights": "[b, T] rollout-correction importance weights the loss applied",
     "token_loss": "[b, T] the per-token loss before aggregation, where the trainer exposes it",
     "hidden": "[b, T, D] final hidden states, the LM head's input (column t predicts x_{t+1})",
+    "old_hidden": "[b, T, D] final hidden states of the forward that produced old_logp (with old_lm_head_weight)",
+    "ref_hidden": "[b, T, D] final hidden states of the forward that produced ref_logp (with ref_lm_head_weight)",
     "cu_seqlens": "[n + 1] int: packed micro-batch, the sequence boundaries along the packed row",
     "cp_columns": "[T_local] int: context parallelism, the global column of each local column",
     "loss": "[] the micro-batch loss the backward was called on (after any scaling the trainer applies)",
@@ -77,18 +79,25 @@ MICRO_TENSORS: dict[str, str] = {
 STEP_TENSORS: dict[str, str] = {
     "probe_grad": "the probe parameter's gradient after accumulation and the data-parallel all-reduce, before clipping",
     "lm_head_weight": "[V, D] the LM-head weight of the loss forward (with ``hidden``, the log-prob link)",
+    "old_lm_head_weight": "[V, D] the LM-head weight of the forward that produced old_logp (with ``old_hidden``)",
+    "ref_lm_head_weight": "[V, D] the LM-head weight of the reference forward that produced ref_logp (with ``ref_hidden``)",
 }
+HEAD_ROLES = {"policy": "lm_head_weight", "old": "old_lm_head_weight", "ref": "ref_lm_head_weight"}
 
 # Manifest ``config`` keys rlspec replay reads (any other key is kept and shown).
 CONFIG_KEYS: dict[str, str] = {
     "algorithm": "advantage estimator: grpo, rloo, reinforce, gae (PPO with a critic)",
-    "loss": "policy loss: ppo, gspo, cispo, pg",
+    "loss": "policy loss: ppo, gspo, cispo, sapo, vespo, pg",
+    "loss_kwargs": "sapo / vespo: the keywords of oracle.sapo_token_loss (tau_pos, tau_neg) / vespo_token_loss (k_pos, ...)",
     "agg": "aggregation mode: token_mean, seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm, sum",
     "agg_scope": "step (the step's global counts, the spec; default) or micro_batch (counts of each micro-batch, a documented convention)",
     "norm_length": "seq_mean_token_sum_norm's constant L",
     "eps_low": "lower clip epsilon", "eps_high": "upper clip epsilon", "dual_clip": "dual-clip constant c (or null)",
     "cispo_bound": "CISPO's bounds: relative (the weight capped at 1 + eps_high, default) or absolute (at eps_high)",
     "kl_coef": "coefficient of the KL term in the loss (0: none)", "kl_estimator": "k1, k2, k3, low_var_kl, ...",
+    "kl_gradient": "the KL term's form (kl.loss): estimator (default), straight_through, unbiased, bias_corrected (K x ratio)",
+    "kl_log_ratio_clamp": "the KL term's log-ratio clipped to +-c before the estimator (or null)",
+    "kl_clamp": "the KL term's value clipped to +-c after the estimator (or null; gradient 0 where it binds)",
     "entropy_coef": "coefficient of the entropy bonus in the loss (0: none)",
     "temperature": "the temperature of the log-probs", "group_size": "completions per prompt",
     "grpo_scale": "GRPO's scale: group, batch, none", "grpo_std_ddof": "GRPO std's ddof", "grpo_eps": "GRPO std's epsilon",
@@ -101,6 +110,7 @@ CONFIG_KEYS: dict[str, str] = {
     "loss_mask_subset": "true when the trainer drops completion tokens from the loss by design (a rejection)",
     "grad_reduce": "mean (default: the data-parallel all-reduce averages) or sum",
     "eos_token_id": "the EOS token id (the mask link checks the completion ends at the first EOS)",
+    "sampling": "the sampler's settings: {temperature, top_k, top_p, min_p, repetition_penalty} (the sampling link)",
 }
 
 
@@ -214,6 +224,19 @@ class TraceRecorder:
         self._step_tensors["probe_grad"] = _copy("probe_grad", grad)
         if lm_head_weight is not None:
             self._step_tensors["lm_head_weight"] = _copy("lm_head_weight", lm_head_weight)
+
+    def lm_head(self, weight: torch.Tensor, *, role: str = "policy") -> None:
+        """Record the LM-head weight of one forward: ``policy`` (the loss forward, ``lm_head_weight``), ``old``
+        (the forward that produced ``old_logp``) or ``ref`` (the reference forward of ``ref_logp``). With the
+        matching hidden states (``hidden``, ``old_hidden``, ``ref_hidden``) replay recomputes that role's
+        log-probs from first principles. Written by global rank 0 only."""
+        self._require_step("lm_head")
+        if role not in HEAD_ROLES:
+            raise ValueError(f"TraceRecorder.lm_head: role: {role!r} not one of {', '.join(HEAD_ROLES)}")
+        if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+            raise ValueError(f"TraceRecorder.lm_head: weight: expected a [V, D] tensor, got "
+                             f"{tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__}")
+        self._step_tensors[HEAD_ROLES[role]] = _copy(HEAD_ROLES[role], weight)
 
     def end_step(self, **extra: Any) -> Path:
         """Write the step's files; ``extra``: JSON values added to this rank's part (e.g. the trainer's own

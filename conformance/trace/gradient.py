@@ -134,6 +134,10 @@ def factor_name(k: float, s: StepTrace) -> str | None:
     return None
 
 
+# A step whose loss has no gradient (every advantage 0, no KL or entropy term) tells no normalisation apart.
+ZERO_STEP = "the step's loss gradient is exactly 0 (every advantage 0, no KL or entropy term): nothing to compare"
+
+
 class _Terms:
     """The step's per-token objective under one wiring: token loss l and, for the diagonal losses, dl/dlogp."""
 
@@ -146,7 +150,10 @@ class _Terms:
         self.old = s.get(wiring.old).astype(np.float64) if self.loss_name != "pg" else None
         self.kl_coef = float(cfg.get("kl_coef", 0.0) or 0.0)
         self.ref = s.get(wiring.ref).astype(np.float64) if self.kl_coef else None
-        self.kl_kw = dict(estimator=str(cfg.get("kl_estimator", "k3")))
+        self.kl_kw = dict(estimator=str(cfg.get("kl_estimator", "k3")), gradient=str(cfg.get("kl_gradient", "estimator")),
+                          log_ratio_clamp=cfg.get("kl_log_ratio_clamp"), clamp=cfg.get("kl_clamp"))
+        if self.kl_coef and self.kl_kw["gradient"] in ("unbiased", "bias_corrected") and self.old is None:
+            self.old = s.get(wiring.old).astype(np.float64)  # the ratio forms read pi_old
         name = self.loss_name
         if name == "ppo":
             self.kw = dict(eps_low=float(cfg.get("eps_low", 0.2)), eps_high=float(cfg.get("eps_high", 0.2)),
@@ -158,8 +165,10 @@ class _Terms:
                            bound=str(cfg.get("cispo_bound", "relative")))
         elif name == "pg":
             self.kw = {}
+        elif name in ("sapo", "vespo"):  # their oracle keywords, as claimed (the oracle's defaults otherwise)
+            self.kw = dict(cfg.get("loss_kwargs") or {})
         else:
-            raise KeyError(name)
+            raise ValueError(f"trace {s.folder}: config: loss: {name!r} not one of ppo, gspo, cispo, sapo, vespo, pg")
         self._unit: np.ndarray | None = None
 
     def _policy(self, fn: str, *extra: np.ndarray) -> np.ndarray:
@@ -171,7 +180,7 @@ class _Terms:
     def token_loss(self) -> np.ndarray:
         l = self._policy("")
         if self.kl_coef:
-            l = l + self.kl_coef * oracle.kl_penalty(self.logp, self.ref, self.mask, **self.kl_kw)
+            l = l + self.kl_coef * oracle.kl_loss_term(self.logp, self.ref, self.mask, self.old, **self.kl_kw)
         return l
 
     def grad(self, w: np.ndarray) -> np.ndarray:
@@ -181,12 +190,12 @@ class _Terms:
                 one = np.ones_like(self.logp)
                 u = self._policy("_grad", one)
                 if self.kl_coef:
-                    u = u + self.kl_coef * oracle.kl_penalty_grad(self.logp, self.ref, self.mask, one, **self.kl_kw)
+                    u = u + self.kl_coef * oracle.kl_loss_term_grad(self.logp, self.ref, self.mask, self.old, one, **self.kl_kw)
                 self._unit = u
             return self._unit * w
         g = self._policy("_grad", w)
         if self.kl_coef:
-            g = g + self.kl_coef * oracle.kl_penalty_grad(self.logp, self.ref, self.mask, w, **self.kl_kw)
+            g = g + self.kl_coef * oracle.kl_loss_term_grad(self.logp, self.ref, self.mask, self.old, w, **self.kl_kw)
         return g
 
 
@@ -300,6 +309,8 @@ def grad_link(s: StepTrace) -> tuple[LinkOutcome, Explanation | None]:
     found = explanations[0] if explanations else None
     mode, scope = claimed(s)
     n = int(s.get("loss_mask").sum())
+    if not np.any(obs) and not np.any(base.terms.grad(base.norm.weights)):
+        return LinkOutcome(NOT_CHECKED, ZERO_STEP), None
     if found is base:
         if scope == "step":
             return LinkOutcome("pass", f"d J/d logp of {base.norm.label}", max_abs=base.max_abs, max_rel=base.max_rel, n=n), found
@@ -362,6 +373,8 @@ def loss_link(s: StepTrace, explanation: Explanation | None) -> LinkOutcome:
         size.append(np.abs(terms).sum() / red)  # the sum's terms cancel (advantages of mean 0): compare at their size
         got.append(value)
     got_a, exp_a = np.array(got), np.array(exp)
+    if not np.any(got_a) and not max(size):
+        return LinkOutcome(NOT_CHECKED, ZERO_STEP)
     tol = tolerance("agg.aggregate", _dtype(s, "logp"))
     ok, ma, mr, worst = close(got_a, exp_a, tol, scale=max(size) or 1.0)
     if ok:
@@ -398,9 +411,7 @@ def token_loss_link(s: StepTrace) -> LinkOutcome:
     mask = s.get("loss_mask")
     got = np.where(mask, s.get("token_loss"), 0.0)
     tol = tolerance("loss.ppo", _dtype(s, "token_loss"))
-    for w in WIRINGS:
-        if not s.has(w.old, w.ref):
-            continue
+    for w in applicable_wirings(s, _Terms(s, WIRINGS[0], mask)):  # the recorded wiring first
         terms = _Terms(s, w, mask)
         exp = terms.token_loss()
         ent = _entropy_part(s, np.ones_like(exp))
@@ -490,6 +501,8 @@ def probe_link(s: StepTrace) -> LinkOutcome:
     c = float(s.config.get("entropy_coef", 0.0) or 0.0)
     g_ent = -c * norm.weights if c else None
     exp = through_head(terms.grad(norm.weights), g_ent)
+    if not np.any(G) and not np.any(exp):
+        return LinkOutcome(NOT_CHECKED, ZERO_STEP)
     tol = tolerance("logprob.fused", _dtype(s, "logp"), "grad")
     ok, ma, mr, worst = close(G, exp, tol, scaled=True)
     label = f"{s.probe_name or 'the LM-head weight'}"

@@ -208,6 +208,78 @@ def logp_link(s: StepTrace, *, sample: int, seed: int) -> LinkOutcome:
     return LinkOutcome("fail", msg, identified=ident, max_abs=ma, max_rel=mr, n=int(m.sum()), notes=[note])
 
 
+ROLE_NAMES = {"old": "the policy that sampled the batch (pi_old)", "ref": "the reference policy"}
+
+
+def role_logp_link(s: StepTrace, role: str, *, sample: int, seed: int) -> LinkOutcome:
+    """``old_logp`` (``ref_logp``) are the log-probs of the forward the trainer ran for that role: the oracle's
+    ``token_logprobs_from_hidden`` of ``old_hidden`` (``ref_hidden``) and ``old_lm_head_weight``
+    (``ref_lm_head_weight``) at the configured temperature, on a seeded sample of rows."""
+    name, hid, wname = f"{role}_logp", f"{role}_hidden", f"{role}_lm_head_weight"
+    if not (s.has(name) and s.has(hid) and wname in s.probe):
+        return missing(*(n for n, ok in ((name, s.has(name)), (hid, s.has(hid)), (wname, wname in s.probe)) if not ok))
+    h, W = s.get(hid), s.probe[wname]
+    rows = sample_rows(s, sample, seed)
+    T = float(s.config.get("temperature", 1.0))
+    m = forward_mask(s)[rows]
+    ids = s.get("input_ids")[rows].astype(np.int64)
+    got = np.where(m, s.get(name)[rows], 0.0)
+    exp = oracle.token_logprobs_from_hidden(h[rows], W, ids, m, temperature=T)
+    tol = tolerance("logprob.fused", _dtype(s, name))
+    ok, ma, mr, worst = close(got, exp, tol)
+    note = f"step {s.step}: rows {rows.tolist()} (seeded sample of {len(rows)} of {s.rows})"
+    if ok:
+        return LinkOutcome("pass", f"{name}: log-probs of {ROLE_NAMES[role]} at temperature {T:g}", max_abs=ma, max_rel=mr,
+                           n=int(m.sum()), notes=[note])
+    ident = []
+    if T != 1.0 and close(got, oracle.token_logprobs_from_hidden(h[rows], W, ids, m, temperature=1.0), tol)[0]:
+        ident.append(f"{name} without the temperature (T = 1, configured {T:g})")
+    other = "ref" if role == "old" else "old"
+    oh, ow = f"{other}_hidden", f"{other}_lm_head_weight"
+    if s.has(oh) and ow in s.probe:
+        alt = oracle.token_logprobs_from_hidden(s.get(oh)[rows], s.probe[ow], ids, m, temperature=T)
+        if close(got, alt, tol)[0] and not close(alt, exp, tol)[0]:
+            ident.append(f"{name} are the log-probs of {ROLE_NAMES[other]}")
+    head = _head_inputs(s)
+    if head is not None:
+        cur = oracle.token_logprobs_from_hidden(head[0][rows], head[1], ids, m, temperature=T)
+        if close(got, cur, tol)[0] and not close(cur, exp, tol)[0]:
+            ident.append(f"{name} are the current policy's log-probs (the loss forward's weights)")
+    full = np.zeros_like(m)
+    full[:, 1:] = True
+    late = np.zeros(m.shape)
+    late[:, 1:] = oracle.token_logprobs_from_hidden(h[rows], W, ids, full, temperature=T)[:, :-1]
+    if close(got, np.where(m, late, 0.0), tol)[0]:
+        ident.append(f"{name} shifted one column late (column t holds log p(x_{{t-1}}))")
+    i, t = divmod(worst, m.shape[1])
+    msg = (f"{'; '.join(ident) + ': ' if ident else ''}row {int(rows[i])} column {t}: {name} {got[i, t]:.9g}, "
+           f"oracle {exp[i, t]:.9g}")
+    return LinkOutcome("fail", msg, identified=ident, max_abs=ma, max_rel=mr, n=int(m.sum()), notes=[note])
+
+
+SAMPLING_NEUTRAL = {"top_k": (None, 0, -1), "top_p": (None, 1.0), "min_p": (None, 0.0), "repetition_penalty": (None, 1.0)}
+
+
+def sampling_link(s: StepTrace) -> LinkOutcome:
+    """The sampler draws from the distribution the log-probs describe: softmax(z / T) at the configured
+    temperature, with no top-k, top-p, min-p or repetition penalty (which change the distribution sampled from
+    without changing the log-probs the loss uses)."""
+    cfg = s.config.get("sampling")
+    if not isinstance(cfg, dict):
+        return missing("config.sampling")
+    T = s.config.get("temperature", 1.0)
+    problems = []
+    if cfg.get("temperature", T) != T:
+        problems.append(f"sampling temperature {cfg.get('temperature')}, log-probs at temperature {T}")
+    for key, neutral in SAMPLING_NEUTRAL.items():
+        if cfg.get(key) not in neutral:
+            problems.append(f"{key}={cfg[key]} changes the sampling distribution")
+    if problems:
+        return LinkOutcome("fail", "; ".join(problems), identified=problems)
+    return LinkOutcome("pass", f"samples from softmax(z/{float(T):g}) (no top-k/top-p/min-p/penalty): the distribution "
+                               "the log-probs describe")
+
+
 def entropy_link(s: StepTrace, *, sample: int, seed: int) -> LinkOutcome:
     """The recorded entropy of column t is that of the distribution that predicted x_t (hidden state t-1)."""
     head = _head_inputs(s)

@@ -22,13 +22,18 @@ from conformance.trace.links import (
     logp_link,
     mask_link,
     rewards_link,
+    role_logp_link,
+    sampling_link,
 )
 from conformance.trace.reader import StepTrace, Trace, read_trace
 
 # (row name, spec section of trace.md, what it checks) in the order of the step's data flow.
 LINKS: tuple[tuple[str, str], ...] = (
     ("mask", "the loss mask is the completion mask"),
+    ("sampling", "the sampler draws from the distribution the log-probs describe"),
     ("logp", "log-probs of the loss forward from the hidden states and LM head"),
+    ("old_logp", "pi_old's log-probs from the forward that produced them"),
+    ("ref_logp", "the reference policy's log-probs from its forward"),
     ("entropy", "entropies of the predicting distributions"),
     ("rewards", "per-token rewards: score placement and KL reward"),
     ("advantages", "advantages of the step's rewards and groups"),
@@ -50,7 +55,10 @@ class ReplayOptions:
 def step_outcomes(s: StepTrace, opts: ReplayOptions) -> dict[str, LinkOutcome]:
     out: dict[str, LinkOutcome] = {}
     out["mask"] = mask_link(s)
+    out["sampling"] = sampling_link(s)
     out["logp"] = logp_link(s, sample=opts.sample_rows, seed=opts.seed)
+    out["old_logp"] = role_logp_link(s, "old", sample=opts.sample_rows, seed=opts.seed)
+    out["ref_logp"] = role_logp_link(s, "ref", sample=opts.sample_rows, seed=opts.seed)
     out["entropy"] = entropy_link(s, sample=opts.sample_rows, seed=opts.seed)
     out["rewards"] = rewards_link(s)
     out["advantages"] = advantages_link(s)

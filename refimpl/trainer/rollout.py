@@ -65,6 +65,10 @@ class Batch:
         return int(self.input_ids.shape[0])
 
 
+# The sampler draws from softmax(z / T) over the whole vocabulary: the distribution the log-probs describe.
+UNTRUNCATED = {"top_k": 0, "top_p": 1.0, "min_p": None, "repetition_penalty": 1.0}
+
+
 def sample_prompts(task: DigitTask, seed: int, step: int, n_global: int) -> list[list[int]]:
     """The step's prompts over all ranks (rank r takes its contiguous share)."""
     rng = np.random.default_rng(derived_seed(seed, step, 0x5EED))
@@ -93,8 +97,8 @@ def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, 
     prompt = prompt.repeat_interleave(group_size, dim=0).to(device)
     prompt_att = prompt_att.repeat_interleave(group_size, dim=0).to(device)
     gen_config = GenerationConfig(
-        do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0, min_p=None, typical_p=1.0,
-        repetition_penalty=1.0, max_new_tokens=int(max_new_tokens), min_new_tokens=0,
+        do_sample=True, temperature=float(temperature), **UNTRUNCATED, typical_p=1.0,
+        max_new_tokens=int(max_new_tokens), min_new_tokens=0,
         pad_token_id=PAD_ID, eos_token_id=EOS_ID, use_cache=True,
         return_dict_in_generate=behaviour_logp, output_logits=behaviour_logp,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import json
 
 import pytest
@@ -96,9 +98,13 @@ def test_only_the_first_rank_writes_the_manifest(tmp_path):
      "TraceRecorder.watch: name: 'advantages' has no gradient tensor"),
     (lambda r: (r.begin_step(0), r.probe("w", None)), "TraceRecorder.probe: grad: w has no gradient"),
     (lambda r: (r.begin_step(0), r.end_step()), "TraceRecorder.end_step: step 0: no micro_batch() recorded"),
+    (lambda r: r.lm_head(torch.zeros(3, 2)), "TraceRecorder.lm_head: no step begun"),
+    (lambda r: (r.begin_step(0), r.lm_head(torch.zeros(3, 2), role="critic")),
+     "TraceRecorder.lm_head: role: 'critic' not one of policy, old, ref"),
+    (lambda r: (r.begin_step(0), r.lm_head(torch.zeros(3), role="old")), "TraceRecorder.lm_head: weight: expected a [V, D] tensor"),
 ])
 def test_misuse_raises_naming_method_and_argument(tmp_path, call, text):
-    with pytest.raises((ValueError, TypeError, RuntimeError), match=text.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises((ValueError, TypeError, RuntimeError), match=re.escape(text)):
         call(TraceRecorder(tmp_path))
 
 

@@ -91,7 +91,9 @@ def ppo_trace(tmp_path_factory):
 @pytest.mark.parametrize("fixture", ["grpo_trace", "ppo_trace"])
 def test_the_refimpl_trainer_passes_every_link_it_records(request, fixture):
     rows = rows_of(request.getfixturevalue(fixture))
-    expected_unchecked = {"trace.token_loss"} | ({"trace.rewards", "trace.value"} if fixture == "grpo_trace" else set())
+    # the refimpl trainer keeps no hidden states of its pi_old and reference forwards
+    expected_unchecked = {"trace.token_loss", "trace.old_logp", "trace.ref_logp"} | (
+        {"trace.rewards", "trace.value"} if fixture == "grpo_trace" else set())
     assert {f for f, r in rows.items() if r.status == "not_implemented"} == expected_unchecked
     assert {f: r.status for f, r in rows.items() if r.status != "not_implemented"} == {
         f: "pass" for f in rows if f not in expected_unchecked}
@@ -168,3 +170,32 @@ def test_reader_refuses_a_missing_rank_part(tmp_path):
     (tmp_path / "t" / "step-000000" / "part-dp1-cp0.json").unlink()
     with pytest.raises(TraceError, match="part-dp1-cp0.json: missing"):
         read_trace(tmp_path / "t")
+
+
+def test_token_loss_without_a_reference_is_checked(tmp_path):
+    """A trace with the trainer's per-token loss and no ref_logp (no KL term): the token-loss link compares it
+    (PPO at ratio 1 is -A per token, by hand) and names a wrong one."""
+    import torch
+
+    from rlspec.trace import TraceRecorder
+
+    for name, scale in (("right", 1.0), ("wrong", 2.0)):
+        torch.manual_seed(0)
+        B, T = 4, 6
+        ids = torch.randint(0, 10, (B, T))
+        mask = torch.zeros(B, T, dtype=torch.bool)
+        mask[:, 3:] = True
+        logp = torch.where(mask, -torch.rand(B, T), 0.0).requires_grad_()
+        adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+        rec = TraceRecorder(tmp_path / name, config={"algorithm": "grpo", "loss": "ppo", "agg": "token_mean", "group_size": 4})
+        rec.begin_step(0)
+        rec.watch("logp", logp)
+        token_loss = torch.where(mask, -adv[:, None] * torch.exp(logp - logp.detach()), 0.0)
+        loss = token_loss.sum() / mask.sum()
+        rec.micro_batch(input_ids=ids, loss_mask=mask, completion_mask=mask, logp=logp, old_logp=logp.detach(),
+                        advantages=adv, token_loss=token_loss * scale, loss=loss)
+        loss.backward()
+        rec.end_step()
+    assert rows_of(tmp_path / "right")["trace.token_loss"].status == "pass"
+    wrong = rows_of(tmp_path / "wrong")["trace.token_loss"]
+    assert wrong.status == "fail" and "token loss" in wrong.message
