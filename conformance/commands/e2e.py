@@ -1,14 +1,16 @@
-"""`rlspec e2e`: a real trainer trained for a few steps, every step's batch checked against the oracle.
+"""`rlspec e2e`: a real trainer trained for a few steps, every step checked against the oracle.
 
-``--trainer trl`` drives TRL's ``GRPOTrainer`` on the tiny random-weight Llama and digit task of
-``rlspec train`` (``conformance/frameworks/trl/e2e.py``); ``--trainer refimpl`` runs rlspec's own trainer with the
-``--verify`` hook. One row per (step, check), in the table format of ``rlspec check``.
+``--trainer trl`` trains TRL's ``GRPOTrainer`` on the tiny random-weight Llama and digit task of ``rlspec train``
+with the TRL recorder (``conformance/frameworks/trl/recorder.py``) and replays the trace: one row per link of
+the step (``rlspec replay``), the first failing step named. ``--trainer refimpl`` runs rlspec's own trainer with
+the ``--verify`` hook, one row per (step, check). Both in the table format of ``rlspec check``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 import time
 
 from conformance.runner.report import REPORT_SCHEMA_VERSION
@@ -23,11 +25,11 @@ def _bool(text: str) -> bool:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from conformance.frameworks.trl.e2e import DEFAULT_TRL_CONFIG
+    from conformance.frameworks.trl.recorder import E2E_DEFAULTS as DEFAULT_TRL_CONFIG
 
     parser = subparsers.add_parser(
         "e2e",
-        help="train a real trainer (TRL GRPOTrainer, or rlspec's own) a few steps and check every step's batch against the oracle",
+        help="train a real trainer (TRL GRPOTrainer, or rlspec's own) a few steps and check every step against the oracle",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -47,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     trl.add_argument("--importance-sampling-level", choices=("token", "sequence"), default="token", help="[token]")
     trl.add_argument("--use-bias-correction-kl", type=_bool, default=None, metavar="BOOL",
                      help="TRL's KL times the importance ratio [TRL's default]")
+    trl.add_argument("--trace", metavar="DIR", help="keep the recorded trace in DIR/e2e (for rlspec replay) [a temporary folder]")
     ref = parser.add_argument_group("--trainer refimpl")
     ref.add_argument("--algo", choices=("grpo", "rloo", "reinforce", "ppo"), default="grpo", help="[grpo]")
     ref.add_argument("--loss", choices=("ppo", "gspo", "cispo"), default="ppo", help="[ppo]")
@@ -65,19 +68,36 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if args.trainer == "trl":
         try:
-            from conformance.frameworks.trl.e2e import run_trl_steps
+            import trl  # noqa: F401
+
+            from conformance.frameworks.trl import recorder
         except ImportError as exc:  # pragma: no cover - depends on the environment
             print(f"rlspec e2e: trl: not installed ({exc}): pip install 'rlspec[trl]'", file=sys.stderr)
             return 2
+        from conformance.trace.replay import replay
+
         config = dict(loss_type=args.loss_type, beta=args.beta, num_iterations=args.num_iterations,
                       temperature=args.temperature, scale_rewards=args.scale_rewards,
                       importance_sampling_level=args.importance_sampling_level)
         if args.use_bias_correction_kl is not None:
             config["use_bias_correction_kl"] = args.use_bias_correction_kl
-        rows, trl_run = run_trl_steps(steps=args.steps, seed=args.seed, **config)
-        adapter = AdapterInfo("trl", trl_run.trl_version, "v1")
-        header = (f"TRL {trl_run.trl_version} GRPOTrainer, {args.steps} steps on the tiny random-weight Llama "
-                  f"(reverse 3 digits): " + ", ".join(f"{k}={v}" for k, v in config.items()))
+        with tempfile.TemporaryDirectory(prefix="rlspec-e2e-trl-") as tmp:
+            try:
+                folder = recorder.record(args.trace or tmp, "e2e", steps=args.steps, seed=args.seed,
+                                         settings=recorder.grpo_settings(**config))
+            except (ValueError, RuntimeError) as exc:
+                print(f"rlspec e2e: trl: {exc}", file=sys.stderr)
+                return 2
+            _, rows = replay(str(folder))
+        repro = (f"rlspec e2e --trainer trl --steps {args.steps} --seed {args.seed} "
+                 + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in config.items()) + " --trace DIR && rlspec replay DIR/e2e")
+        for r in rows:
+            r.id = f"trl.{r.function}"
+            r.adapter = "trl"
+            r.reproduce = repro
+        adapter = AdapterInfo("trl", trl.__version__, "v1")
+        header = (f"TRL {trl.__version__} GRPOTrainer, {args.steps} steps on the tiny random-weight Llama "
+                  f"(reverse 3 digits), replayed from its trace: " + ", ".join(f"{k}={v}" for k, v in config.items()))
     else:
         import torch
 

@@ -1,70 +1,94 @@
-"""Trainer-level conformance of TRL (``rlspec e2e --trainer trl``): TRL's GRPOTrainer trained a few steps
-on the tiny Llama and digit task, every step's batch checked against the oracle.
+"""Trainer-level conformance of TRL (``rlspec e2e --trainer trl``): TRL's GRPOTrainer trained a few steps on the
+tiny Llama and digit task with the TRL recorder, its trace replayed (one row per link).
 
-The quick run uses two steps over one generated batch (``num_iterations=2``), so it covers a fresh
-batch (ratio 1) and a reused one (ratios off 1, TRL's old log-probs in use), beta > 0 (reference
-model and KL term) and a temperature != 1.
+The defaults cover a fresh batch (ratio 1) and a reused one (num_iterations 2: TRL's recomputed pi_old in use),
+beta > 0 (the reference model and TRL's default KL form, K3 x ratio) and a temperature != 1. Three steps: step 2
+generates with the weights of two updates, so pi_old and the reference (the initial model) differ there.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("trl")
 
 from conformance.cli import main as cli_main  # noqa: E402
-from conformance.frameworks.trl.e2e import run_trl_steps  # noqa: E402
+from conformance.trace.replay import replay  # noqa: E402
 
-CHECKS = ("mask", "rewards", "advantages", "old_logp", "ref_logp", "logp", "loss")
+CHECKED = ("sampling", "mask", "logp", "old_logp", "ref_logp", "entropy", "advantages", "grad", "loss", "probe")
 
 
 @pytest.fixture(scope="module")
-def trl_run():
-    return run_trl_steps(steps=2, seed=1)  # seed 1: the first batch has groups with unequal rewards
+def e2e(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict, Path]:
+    d = tmp_path_factory.mktemp("e2e_trl")
+    code = cli_main(["e2e", "--trainer", "trl", "--steps", "3", "--seed", "1", "--json", str(d / "e2e.json"),
+                     "--trace", str(d / "trace")])
+    return code, json.loads((d / "e2e.json").read_text()), d / "trace" / "e2e"
 
 
-def test_every_step_is_checked_and_conforms(trl_run):
-    rows, run = trl_run
-    ids = [r.id for r in rows]
-    assert ids[0] == "trl.grpo.sampling"
-    for step in range(2):
-        for check in CHECKS:
-            assert f"trl.grpo_step[{step}].{check}" in ids
-    bad = [(r.id, r.message) for r in rows if r.status not in ("pass", "preset")]
-    assert not bad, bad
-    by_id = {r.id: r for r in rows}
-    # TRL normalises by std + 1e-4 (preset trl) and, once the ratio moves off 1, multiplies its KL term
-    # by the ratio (use_bias_correction_kl, preset trl); at step 0 the policy is the reference, KL = 0
-    assert by_id["trl.grpo_step[0].advantages"].matched_preset == "trl"
-    assert by_id["trl.grpo_step[0].loss"].status == "pass"
-    assert by_id["trl.grpo_step[1].loss"].matched_preset == "trl"
-    assert "KL x importance ratio" in by_id["trl.grpo_step[1].loss"].message
-    assert "ratio in [1.000, 1.000]" not in by_id["trl.grpo_step[1].loss"].message  # the reused batch is off-policy
-    assert len(run.losses) == 2 and len(run.generations) == 1
+def test_every_link_is_checked_and_conforms(e2e):
+    code, report, trace = e2e
+    assert code == 0 and report["ok"] and report["adapters"][0]["name"] == "trl"
+    by_id = {c["id"]: c for c in report["checks"]}
+    for link in CHECKED:
+        assert by_id[f"trl.trace.{link}"]["status"] == "pass", (link, by_id[f"trl.trace.{link}"])
+    manifest = json.loads((trace / "step-000001" / "manifest.json").read_text())
+    assert manifest["config"]["kl_gradient"] == "bias_corrected" and manifest["config"]["kl_coef"] == 0.04
+    assert manifest["config"]["sampling"]["temperature"] == 0.7
 
 
-def test_the_checks_see_a_wrong_temperature(trl_run):
-    _, run = trl_run
-    saved = run.config["temperature"]
-    run.config["temperature"] = 1.0  # what an implementation that forgot the temperature would compute
-    try:
-        rows = {r.id: r for r in run.rows()}
-    finally:
-        run.config["temperature"] = saved
-    for check in ("old_logp", "ref_logp", "logp", "loss"):
-        assert rows[f"trl.grpo_step[0].{check}"].status == "fail", check
-    assert rows["trl.grpo.sampling"].status == "fail"
+def test_the_replay_sees_a_wrong_temperature(e2e, tmp_path):
+    """The trace claimed at temperature 1 (what an implementation that forgot the temperature would compute):
+    every forward link and the sampler's fail."""
+    import shutil
+
+    _, _, trace = e2e
+    edited = tmp_path / "t1"
+    shutil.copytree(trace, edited)
+    for manifest in edited.glob("step-*/manifest.json"):
+        data = json.loads(manifest.read_text())
+        data["config"]["temperature"] = 1.0
+        manifest.write_text(json.dumps(data))
+    rows = {r.function: r for r in replay(str(edited))[1]}
+    for link in ("sampling", "logp", "old_logp", "ref_logp", "entropy", "probe"):
+        assert rows[f"trace.{link}"].status == "fail", link
+    assert "sampling temperature 0.7, log-probs at temperature 1.0" in rows["trace.sampling"].message
 
 
-def test_cli_e2e_trl_reports_per_step(tmp_path, capsys):
+def test_the_replay_names_reference_log_probs_used_as_old_ones(e2e, tmp_path):
+    """Step 2's old_logp overwritten with its ref_logp (the classic swap): the old_logp link names it."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    _, _, trace = e2e
+    edited = tmp_path / "swapped"
+    shutil.copytree(trace, edited)
+    for f in (edited / "step-000002").glob("*-mb*.safetensors"):
+        t = load_file(str(f))
+        t["old_logp"] = t["ref_logp"].copy()
+        save_file(t, str(f))
+    row = next(r for r in replay(str(edited))[1] if r.function == "trace.old_logp")
+    assert row.status == "fail" and "step 2" in row.message, row.message
+    assert "old_logp are the log-probs of the reference policy" in row.message, row.message
+
+
+def test_cli_one_iteration_has_no_recomputed_old_policy(tmp_path, capsys):
     path = tmp_path / "e2e.json"
     assert cli_main(["e2e", "--trainer", "trl", "--steps", "1", "--num-iterations", "1", "--json", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "trl.grpo_step[0].loss" in out and "spec id" in out
-    report = json.loads(path.read_text())
-    assert report["ok"] and report["adapters"][0]["name"] == "trl"
-    by_id = {c["id"]: c for c in report["checks"]}
-    # num_iterations = 1: TRL uses the loss forward's own log-probs as old ones (no old forward)
-    assert by_id["trl.grpo_step[0].old_logp"]["status"] == "not_implemented"
+    assert "trl.trace.grad" in out and "spec id" in out
+    by_id = {c["id"]: c for c in json.loads(path.read_text())["checks"]}
+    # num_iterations = 1: TRL uses the loss forward's own log-probs as pi_old (no forward of its own)
+    assert by_id["trl.trace.old_logp"]["status"] == "not_implemented"
+    assert by_id["trl.trace.grad"]["status"] == "pass"
+
+
+def test_cli_inexpressible_configuration_is_a_clear_error(capsys):
+    code = cli_main(["e2e", "--trainer", "trl", "--steps", "1", "--importance-sampling-level", "sequence",
+                     "--use-bias-correction-kl", "true"])
+    assert code == 2
+    assert "sequence-level ratio" in capsys.readouterr().err

@@ -492,8 +492,8 @@ def _policy_options(run: dict[str, Any], on_policy: bool) -> list[_Option]:
         # (grpo_config.py:714-729), -sigmoid(tau*(coef_1 - 1))*4/tau*A with coef_1 = exp(d) unclamped
         # (:3083-3095). TRL's tau is a float32 tensor whatever the input dtype (torch.where with Python
         # floats): a precision matter only, and these runs are float32 throughout.
-        # A run that does not record tau (trl_e2e builds its run from the config keywords) has GRPOConfig's
-        # defaults; a wrong tau can only make the row fail, never pass.
+        # A run that does not record tau has GRPOConfig's defaults; a wrong tau can only make the row fail,
+        # never pass.
         tp, tn = float(run.get("sapo_temperature_pos", 1.0)), float(run.get("sapo_temperature_neg", 1.05))
         if level == "sequence":  # coef_1 = s_b, (B, 1), broadcast over the row (:3086-3088)
             return [_Option("", None, {}, f"sapo_token_loss(row_mean(logp), row_mean(old_logp), tau_pos={tp:g}, "
