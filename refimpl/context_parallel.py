@@ -140,6 +140,8 @@ def cp_token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, mask: torch
     if bool(((targets < 0) | (targets >= V))[m].any()):
         raise ValueError(f"{fn}: input_ids: token ids at valid positions must be in [0, {V})")
     z = (logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits) / tau
+    # rows that predict no valid token are never read: zeroed, so NaN or inf there reach neither value nor gradient
+    z = torch.where(m.to(z.device).unsqueeze(2), z, torch.zeros((), dtype=z.dtype, device=z.device))
     picked = z.gather(2, targets.clamp(0, V - 1).unsqueeze(2)).squeeze(2)
     lp = picked - torch.logsumexp(z, dim=2)
     return torch.where(m, lp, torch.zeros((), dtype=lp.dtype, device=lp.device)).to(logits.dtype)

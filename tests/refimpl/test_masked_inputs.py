@@ -286,8 +286,21 @@ def multi_gpu_cases(dtype, logits, hidden, weight, ids) -> dict[str, Case]:
             refimpl.packed_token_entropy, {"logits": logits, "mask": MASK}, {"position_ids": POSITION_IDS},
             {"logits": UNREAD_ROWS}, ("logits",)),
     }
+    # context parallelism: the shard of CP rank 1 of 2, zigzag (model columns 2-3 and 4-5 of T = 8), its mask and
+    # token losses at its token columns
+    cols = refimpl.cp_columns(T, 2, 1, zigzag=True)
+    tok = refimpl.cp_token_columns(cols, T)
+    cp_mask = MASK[:, tok]
+    out["cp_token_logprobs"] = Case(
+        refimpl.cp_token_logprobs, {"logits": logits[:, cols], "input_ids": ids, "mask": cp_mask, "columns": cols},
+        {"temperature": 0.7}, {"logits": ~cp_mask, "input_ids": MASKED}, ("logits",))
     counts = refimpl.StepCounts(num_tokens=float(MASK.sum()) + 3.0, num_seqs=float(B) + 1.0)
+    seq_counts = MASK.sum(1).double() + 1.0
     for mode in AGGREGATION_MODES:
+        out[f"cp_micro_batch_loss-{mode}"] = Case(
+            refimpl.cp_micro_batch_loss, {"token_loss": token(dtype, 13)[:, tok], "mask": cp_mask},
+            {"counts": counts, "mode": mode, "norm_length": 7.0, "world_size": 2, "token_columns": tok,
+             "sequence_counts": seq_counts}, {"token_loss": ~cp_mask}, ("token_loss",))
         out[f"packed_aggregate-{mode}"] = Case(
             refimpl.packed_aggregate, {"token_loss": token(dtype, 11), "mask": MASK},
             {"mode": mode, "norm_length": 7.0, "position_ids": POSITION_IDS}, {"token_loss": MASKED}, ("token_loss",))
@@ -295,6 +308,10 @@ def multi_gpu_cases(dtype, logits, hidden, weight, ids) -> dict[str, Case]:
             refimpl.micro_batch_loss, {"token_loss": token(dtype, 12), "mask": MASK},
             {"counts": counts, "mode": mode, "norm_length": 7.0, "dp_world_size": 2}, {"token_loss": MASKED}, ("token_loss",))
     return out
+
+
+# refimpl functions with a mask whose other inputs are integer layouts, nothing a value could be planted in
+NOTHING_TO_PLANT = {"cp_sequence_counts"}  # (mask, token_columns): counts of valid tokens per sequence
 
 
 def test_every_other_function_with_a_mask_has_an_explicit_case():
@@ -305,7 +322,7 @@ def test_every_other_function_with_a_mask_has_an_explicit_case():
     assert {r.function for r in MASK_RECORDS} | explicit <= set(refimpl.__all__)
     for name in refimpl.__all__:
         fn = getattr(refimpl, name)
-        if name in BY_FUNCTION or not inspect.isfunction(fn):
+        if name in BY_FUNCTION or name in NOTHING_TO_PLANT or not inspect.isfunction(fn):
             continue
         parameters = inspect.signature(fn).parameters.values()
         inputs = [p.name for p in parameters if p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "mask"]
@@ -315,10 +332,11 @@ def test_every_other_function_with_a_mask_has_an_explicit_case():
 
 def planted(name: str, x: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
     x = x.clone()
+    b, t = x.shape[:2]  # [B, T], or a context-parallel shard [B, T_local]
     if name == "input_ids":
-        bad = torch.tensor([-100, V, V + 1000, -1]).repeat(B * T)[: B * T].view(B, T)
+        bad = torch.tensor([-100, V, V + 1000, -1]).repeat(b * t)[: b * t].view(b, t)
         return torch.where(where, bad, x)
-    poison = torch.tensor(POISON, dtype=torch.float64).repeat(B * T)[: B * T].view(B, T).to(x.dtype)
+    poison = torch.tensor(POISON, dtype=torch.float64).repeat(b * t)[: b * t].view(b, t).to(x.dtype)
     if x.dim() == 3:
         poison = poison.unsqueeze(2).expand_as(x)
         where = where.unsqueeze(2).expand_as(x)
