@@ -88,6 +88,8 @@ class TraceHook:
                 grad_logp=m.grad_logp, entropy=m.entropy, old_logp=ro.old_logp[a:b], ref_logp=ro.ref_logp[a:b],
                 rollout_logp=rollout_logp, advantages=m.advantages, rewards=ro.rewards_global[rows],
                 row_ids=rows, group_ids=rows // cfg.group_size, hidden=m.hidden, loss=torch.tensor(loss, dtype=torch.float64),
+                old_hidden=ro.old_hidden[a:b] if ro.old_hidden is not None else None,
+                ref_hidden=ro.ref_hidden[a:b] if ro.ref_hidden is not None else None,
                 is_weights=m.is_weights,
             )
             if m.values is not None:
@@ -101,6 +103,9 @@ class TraceHook:
             r.micro_batch(**{k: v for k, v in tensors.items() if v is not None})
         if rec.head_grad is not None:
             r.probe("lm.lm_head.weight", rec.head_grad, lm_head_weight=rec.weight)
+        for role, weight in (("old", ro.old_weight), ("ref", ro.ref_weight)):
+            if weight is not None:
+                r.lm_head(weight, role=role)
         r.end_step(step=rec.step, epoch=rec.epoch, minibatch=rec.minibatch)
         if self.then is not None:
             self.then(rec)

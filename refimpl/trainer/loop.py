@@ -110,6 +110,11 @@ class RolloutRecord:
     behav_version: torch.Tensor | None = None  # [B] the weights version that sampled each row
     is_weights: torch.Tensor | None = None
     keep: torch.Tensor | None = None
+    # when the hook wants hidden states: the forwards that produced old_logp and ref_logp, and their LM heads
+    old_hidden: torch.Tensor | None = None
+    ref_hidden: torch.Tensor | None = None
+    old_weight: torch.Tensor | None = None
+    ref_weight: torch.Tensor | None = None
 
 
 @dataclass
@@ -380,6 +385,12 @@ class Trainer:
         batch.old_logp = torch.cat([o.logp for o in outs])
         batch.old_entropy = torch.cat([o.entropy for o in outs])
         batch.ref_logp = torch.cat([r.logp for r in refs])
+        self._scored = None
+        if self.on_step is not None and bool(getattr(self.on_step, "wants_hidden", False)):
+            self._scored = dict(old_hidden=_cpu(torch.cat([o.hidden for o in outs])),
+                                ref_hidden=_cpu(torch.cat([r.hidden for r in refs])),
+                                old_weight=_cpu(self.policy.lm.get_output_embeddings().weight),
+                                ref_weight=_cpu(self.ref.lm.get_output_embeddings().weight))
         if self.policy.value_head is not None:
             batch.old_values = torch.cat([o.values for o in outs])
 
@@ -426,6 +437,7 @@ class Trainer:
                 token_rewards=_cpu(g.token_rewards) if g else None, advantages_raw=_cpu(g.advantages_raw) if g else None,
                 returns=_cpu(g.returns) if g else None, behav_logp=_cpu(batch.behav_logp),
                 behav_version=_cpu(batch.behav_version), is_weights=_cpu(batch.is_weights), keep=_cpu(batch.keep),
+                **(self._scored or {}),
             )
 
         # token statistics of the rollout (sums; reduced over ranks below)

@@ -91,9 +91,7 @@ def ppo_trace(tmp_path_factory):
 @pytest.mark.parametrize("fixture", ["grpo_trace", "ppo_trace"])
 def test_the_refimpl_trainer_passes_every_link_it_records(request, fixture):
     rows = rows_of(request.getfixturevalue(fixture))
-    # the refimpl trainer keeps no hidden states of its pi_old and reference forwards
-    expected_unchecked = {"trace.token_loss", "trace.old_logp", "trace.ref_logp"} | (
-        {"trace.rewards", "trace.value"} if fixture == "grpo_trace" else set())
+    expected_unchecked = {"trace.token_loss"} | ({"trace.rewards", "trace.value"} if fixture == "grpo_trace" else set())
     assert {f for f, r in rows.items() if r.status == "not_implemented"} == expected_unchecked
     assert {f: r.status for f, r in rows.items() if r.status != "not_implemented"} == {
         f: "pass" for f in rows if f not in expected_unchecked}
