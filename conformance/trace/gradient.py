@@ -309,14 +309,14 @@ def grad_link(s: StepTrace) -> tuple[LinkOutcome, Explanation | None]:
     found = explanations[0] if explanations else None
     mode, scope = claimed(s)
     n = int(s.get("loss_mask").sum())
-    if not np.any(obs) and not np.any(base.terms.grad(base.norm.weights)):
+    pred = base.terms.grad(base.norm.weights)
+    if not np.any(obs) and not np.any(pred):
         return LinkOutcome(NOT_CHECKED, ZERO_STEP), None
     if found is base:
         if scope == "step":
             return LinkOutcome("pass", f"d J/d logp of {base.norm.label}", max_abs=base.max_abs, max_rel=base.max_rel, n=n), found
         return LinkOutcome("preset", f"the trainer's documented convention: {base.norm.label}", max_abs=base.max_abs,
                            max_rel=base.max_rel, n=n, preset=f"{mode} per micro-batch"), found
-    pred = base.terms.grad(base.norm.weights)
     _, ma, mr, worst = close(obs, pred, tolerance("agg.aggregate", _dtype(s, "grad_logp"), "grad"), scaled=True)
     i, t = divmod(worst, obs.shape[1])
     first = f"{where(s, worst)}: {obs[i, t]:.6g}, expected {pred[i, t]:.6g}"

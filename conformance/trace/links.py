@@ -168,6 +168,41 @@ def forward_mask(s: StepTrace) -> np.ndarray:
     return s.get("loss_mask") if comp is None else s.get("loss_mask") & comp
 
 
+def _logprob_link(s: StepTrace, name: str, h: np.ndarray, W: np.ndarray, *, sample: int, seed: int, what: str,
+                  label: str, alternatives: Callable[[np.ndarray, np.ndarray, np.ndarray, float], list[tuple[str, np.ndarray]]]
+                  ) -> LinkOutcome:
+    """The recorded log-probs ``name`` equal ``oracle.token_logprobs_from_hidden`` of ``h`` and ``W`` at the configured
+    temperature on a seeded sample of rows; on a divergence, what explains it: no temperature, a one-column shift,
+    or one of ``alternatives(rows, ids, mask, T)`` (named arrays the recorded values may be instead)."""
+    rows = sample_rows(s, sample, seed)
+    T = float(s.config.get("temperature", 1.0))
+    m = forward_mask(s)[rows]
+    ids = s.get("input_ids")[rows].astype(np.int64)
+    got = np.where(m, s.get(name)[rows], 0.0)
+    exp = oracle.token_logprobs_from_hidden(h[rows], W, ids, m, temperature=T)
+    tol = tolerance("logprob.fused", _dtype(s, name))
+    ok, ma, mr, worst = close(got, exp, tol)
+    note = f"step {s.step}: rows {rows.tolist()} (seeded sample of {len(rows)} of {s.rows})"
+    if ok:
+        return LinkOutcome("pass", f"{what} at temperature {T:g}", max_abs=ma, max_rel=mr, n=int(m.sum()), notes=[note])
+    ident = []
+    if T != 1.0 and close(got, oracle.token_logprobs_from_hidden(h[rows], W, ids, m, temperature=1.0), tol)[0]:
+        ident.append(f"{label} without the temperature (T = 1, configured {T:g})")
+    for text, alt in alternatives(rows, ids, m, T):
+        if close(got, alt, tol)[0] and not close(alt, exp, tol)[0]:
+            ident.append(text)
+    full = np.zeros_like(m)
+    full[:, 1:] = True
+    late = np.zeros(m.shape)
+    late[:, 1:] = oracle.token_logprobs_from_hidden(h[rows], W, ids, full, temperature=T)[:, :-1]
+    if close(got, np.where(m, late, 0.0), tol)[0]:
+        ident.append(f"{label} shifted one column late (column t holds log p(x_{{t-1}}))")
+    i, t = divmod(worst, m.shape[1])
+    msg = (f"{'; '.join(ident) + ': ' if ident else ''}row {int(rows[i])} column {t}: {name} {got[i, t]:.9g}, "
+           f"oracle {exp[i, t]:.9g}")
+    return LinkOutcome("fail", msg, identified=ident, max_abs=ma, max_rel=mr, n=int(m.sum()), notes=[note])
+
+
 def logp_link(s: StepTrace, *, sample: int, seed: int) -> LinkOutcome:
     """The loss forward's log-probs are those of the recorded hidden states and LM head at the configured
     temperature (oracle ``token_logprobs_from_hidden``), on a seeded sample of rows."""
@@ -175,37 +210,13 @@ def logp_link(s: StepTrace, *, sample: int, seed: int) -> LinkOutcome:
     if head is None or not s.has("logp"):
         return missing(*(n for n, ok in (("hidden", s.has("hidden")), ("lm_head_weight", "lm_head_weight" in s.probe),
                                           ("logp", s.has("logp"))) if not ok))
-    h, W = head
-    rows = sample_rows(s, sample, seed)
-    T = float(s.config.get("temperature", 1.0))
-    m = forward_mask(s)[rows]
-    ids = s.get("input_ids")[rows].astype(np.int64)
-    got = np.where(m, s.get("logp")[rows], 0.0)
-    exp = oracle.token_logprobs_from_hidden(h[rows], W, ids, m, temperature=T)
-    tol = tolerance("logprob.fused", _dtype(s, "logp"))
-    ok, ma, mr, worst = close(got, exp, tol)
-    note = f"step {s.step}: rows {rows.tolist()} (seeded sample of {len(rows)} of {s.rows})"
-    if ok:
-        return LinkOutcome("pass", f"log-probs of the hidden states at temperature {T:g}", max_abs=ma, max_rel=mr,
-                           n=int(m.sum()), notes=[note])
-    ident = []
-    if T != 1.0 and close(got, oracle.token_logprobs_from_hidden(h[rows], W, ids, m, temperature=1.0), tol)[0]:
-        ident.append(f"log-probs without the temperature (T = 1, configured {T:g})")
-    for other in ("old_logp", "ref_logp", "rollout_logp"):
-        alt = np.where(m, s.get(other)[rows], 0.0) if s.has(other) else None
-        if alt is not None and close(got, alt, tol)[0] and not close(alt, exp, tol)[0]:
-            ident.append(f"logp is the recorded {other} (the loss forward's log-probs not used)")
-    full = np.zeros_like(m)
-    full[:, 1:] = True
-    alt = oracle.token_logprobs_from_hidden(h[rows], W, ids, full, temperature=T)
-    late = np.zeros_like(alt)
-    late[:, 1:] = alt[:, :-1]
-    if close(got, np.where(m, late, 0.0), tol)[0]:
-        ident.append("log-probs shifted one column late (column t holds log p(x_{t-1}))")
-    i, t = divmod(worst, m.shape[1])
-    msg = (f"{'; '.join(ident) + ': ' if ident else ''}row {int(rows[i])} column {t}: logp {got[i, t]:.9g}, "
-           f"oracle {exp[i, t]:.9g}")
-    return LinkOutcome("fail", msg, identified=ident, max_abs=ma, max_rel=mr, n=int(m.sum()), notes=[note])
+
+    def recorded_others(rows: np.ndarray, ids: np.ndarray, m: np.ndarray, T: float) -> list[tuple[str, np.ndarray]]:
+        return [(f"logp is the recorded {o} (the loss forward's log-probs not used)", np.where(m, s.get(o)[rows], 0.0))
+                for o in ("old_logp", "ref_logp", "rollout_logp") if s.has(o)]
+
+    return _logprob_link(s, "logp", *head, sample=sample, seed=seed, what="log-probs of the hidden states",
+                         label="log-probs", alternatives=recorded_others)
 
 
 ROLE_NAMES = {"old": "the policy that sampled the batch (pi_old)", "ref": "the reference policy"}
@@ -218,43 +229,16 @@ def role_logp_link(s: StepTrace, role: str, *, sample: int, seed: int) -> LinkOu
     name, hid, wname = f"{role}_logp", f"{role}_hidden", f"{role}_lm_head_weight"
     if not (s.has(name) and s.has(hid) and wname in s.probe):
         return missing(*(n for n, ok in ((name, s.has(name)), (hid, s.has(hid)), (wname, wname in s.probe)) if not ok))
-    h, W = s.get(hid), s.probe[wname]
-    rows = sample_rows(s, sample, seed)
-    T = float(s.config.get("temperature", 1.0))
-    m = forward_mask(s)[rows]
-    ids = s.get("input_ids")[rows].astype(np.int64)
-    got = np.where(m, s.get(name)[rows], 0.0)
-    exp = oracle.token_logprobs_from_hidden(h[rows], W, ids, m, temperature=T)
-    tol = tolerance("logprob.fused", _dtype(s, name))
-    ok, ma, mr, worst = close(got, exp, tol)
-    note = f"step {s.step}: rows {rows.tolist()} (seeded sample of {len(rows)} of {s.rows})"
-    if ok:
-        return LinkOutcome("pass", f"{name}: log-probs of {ROLE_NAMES[role]} at temperature {T:g}", max_abs=ma, max_rel=mr,
-                           n=int(m.sum()), notes=[note])
-    ident = []
-    if T != 1.0 and close(got, oracle.token_logprobs_from_hidden(h[rows], W, ids, m, temperature=1.0), tol)[0]:
-        ident.append(f"{name} without the temperature (T = 1, configured {T:g})")
     other = "ref" if role == "old" else "old"
-    oh, ow = f"{other}_hidden", f"{other}_lm_head_weight"
-    if s.has(oh) and ow in s.probe:
-        alt = oracle.token_logprobs_from_hidden(s.get(oh)[rows], s.probe[ow], ids, m, temperature=T)
-        if close(got, alt, tol)[0] and not close(alt, exp, tol)[0]:
-            ident.append(f"{name} are the log-probs of {ROLE_NAMES[other]}")
-    head = _head_inputs(s)
-    if head is not None:
-        cur = oracle.token_logprobs_from_hidden(head[0][rows], head[1], ids, m, temperature=T)
-        if close(got, cur, tol)[0] and not close(cur, exp, tol)[0]:
-            ident.append(f"{name} are the current policy's log-probs (the loss forward's weights)")
-    full = np.zeros_like(m)
-    full[:, 1:] = True
-    late = np.zeros(m.shape)
-    late[:, 1:] = oracle.token_logprobs_from_hidden(h[rows], W, ids, full, temperature=T)[:, :-1]
-    if close(got, np.where(m, late, 0.0), tol)[0]:
-        ident.append(f"{name} shifted one column late (column t holds log p(x_{{t-1}}))")
-    i, t = divmod(worst, m.shape[1])
-    msg = (f"{'; '.join(ident) + ': ' if ident else ''}row {int(rows[i])} column {t}: {name} {got[i, t]:.9g}, "
-           f"oracle {exp[i, t]:.9g}")
-    return LinkOutcome("fail", msg, identified=ident, max_abs=ma, max_rel=mr, n=int(m.sum()), notes=[note])
+    forwards = [(f"{name} are the log-probs of {ROLE_NAMES[other]}", f"{other}_hidden", f"{other}_lm_head_weight"),
+                (f"{name} are the current policy's log-probs (the loss forward's weights)", "hidden", "lm_head_weight")]
+
+    def other_forwards(rows: np.ndarray, ids: np.ndarray, m: np.ndarray, T: float) -> list[tuple[str, np.ndarray]]:
+        return [(text, oracle.token_logprobs_from_hidden(s.get(h)[rows], s.probe[w], ids, m, temperature=T))
+                for text, h, w in forwards if s.has(h) and w in s.probe]
+
+    return _logprob_link(s, name, s.get(hid), s.probe[wname], sample=sample, seed=seed,
+                         what=f"{name}: log-probs of {ROLE_NAMES[role]}", label=name, alternatives=other_forwards)
 
 
 SAMPLING_NEUTRAL = {"top_k": (None, 0, -1), "top_p": (None, 1.0), "min_p": (None, 0.0), "repetition_penalty": (None, 1.0)}

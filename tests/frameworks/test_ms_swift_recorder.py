@@ -15,20 +15,14 @@ losses' sum over N: -Σ A_t / N for dapo, -Σ A_t logp_t / N for cispo.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conformance.frameworks import subprocess_worker as sw
 from tests.frameworks import pinned_rows
+from tests.frameworks.recorder_traces import load_step, record_or_skip
 
-ROOT = Path(__file__).resolve().parents[2]
-RECORDER = ROOT / "conformance" / "frameworks" / "ms_swift" / "recorder.py"
 SKIP_REASON = pinned_rows.skip_reason("ms-swift", "ms_swift")
 SCENARIOS = ("dapo", "cispo", "dapo_kl")
 STEPS = 2
@@ -37,36 +31,15 @@ GA, ROWS, G, MAX_LEN, EOS, DIGIT0 = 4, 2, 4, 6, 1, 6
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    python = sw.python_for("ms_swift")[0]
-    if python is None:
-        pytest.skip(SKIP_REASON)
-    out = tmp_path_factory.mktemp("ms_swift_traces")
-    cmd = [python, str(RECORDER), "--out", str(out), "--steps", str(STEPS), "--seed", "0"]
-    for s in SCENARIOS:
-        cmd += ["--scenario", s]
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
-                          text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    print(f"recorder: {time.perf_counter() - t0:.1f} s")
-    return out
-
-
-def _step(traces: Path, scenario: str, step: int) -> tuple[dict, list[dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    from safetensors.numpy import load_file
-
-    folder = traces / scenario / f"step-{step:06d}"
-    manifest = json.loads((folder / "manifest.json").read_text())
-    part = json.loads((folder / "part-dp0-cp0.json").read_text())
-    mbs = [load_file(str(folder / e["file"])) for e in part["micro_batches"]]
-    return manifest, mbs, load_file(str(folder / "step.safetensors"))
+    return record_or_skip("ms_swift", tmp_path_factory.mktemp("ms_swift_traces"), SCENARIOS, steps=STEPS,
+                          skip_reason=SKIP_REASON)
 
 
 @pytest.mark.frameworks
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_layout_and_shapes(traces: Path, scenario: str):
     for step in range(STEPS):
-        manifest, mbs, st = _step(traces, scenario, step)
+        manifest, _, mbs, st = load_step(traces, scenario, step)
         assert manifest["layout"] == {"dp": 1, "cp": 1, "micro_batches": GA}
         assert manifest["config"]["ms_swift"]["gradient_accumulation_steps"] == GA
         assert len(mbs) == GA
@@ -95,7 +68,7 @@ def test_layout_and_shapes(traces: Path, scenario: str):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_masks(traces: Path, scenario: str):
     for step in range(STEPS):
-        _, mbs, _ = _step(traces, scenario, step)
+        _, _, mbs, _ = load_step(traces, scenario, step)
         for mb in mbs:
             ids, L, P, C, A = (mb[k] for k in ("input_ids", "loss_mask", "prompt_mask", "completion_mask", "attention_mask"))
             assert not (L & P).any(), "a prompt token is in the loss mask"
@@ -115,7 +88,7 @@ def test_masks(traces: Path, scenario: str):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_rewards_of_the_completions(traces: Path, scenario: str):
     """The reward function is the sum of the completion's digits over 9 x 6, by hand from the token ids."""
-    _, mbs, _ = _step(traces, scenario, 0)
+    _, _, mbs, _ = load_step(traces, scenario, 0)
     for mb in mbs:
         for i in range(mb["input_ids"].shape[0]):
             toks = mb["input_ids"][i][mb["completion_mask"][i]]
@@ -129,7 +102,7 @@ def test_window_token_mean_at_ratio_one(traces: Path, scenario: str):
     """Step 0 (ratio 1): d(backward scalar)/d logp_t = -A_t / N over the step's N loss tokens, and the
     micro-batch's loss is -(its sum of A_t)/N (worked in the module docstring). With beta > 0 the k3 term adds
     nothing there: the reference is the initial policy, and d k3/d logp = 1 - exp(ref - logp) = 0 at logp = ref."""
-    _, mbs, _ = _step(traces, scenario, 0)
+    _, _, mbs, _ = load_step(traces, scenario, 0)
     N = sum(int(mb["loss_mask"].sum()) for mb in mbs)
     counts = [int(mb["loss_mask"].sum()) for mb in mbs]
     assert len(set(counts)) > 1, f"micro-batches of equal token counts {counts} cannot tell the normalisations apart"
@@ -149,7 +122,7 @@ def test_window_token_mean_at_ratio_one(traces: Path, scenario: str):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_probe_finite_nonzero(traces: Path, scenario: str):
     for step in range(STEPS):
-        _, _, st = _step(traces, scenario, step)
+        _, _, _, st = load_step(traces, scenario, step)
         g = st["probe_grad"]
         assert np.isfinite(g).all() and np.abs(g).max() > 0
 
@@ -157,7 +130,7 @@ def test_probe_finite_nonzero(traces: Path, scenario: str):
 @pytest.mark.frameworks
 def test_reference_log_probs_with_beta(traces: Path):
     """beta 0.04: ms-swift loads the reference model (the initial weights); at step 0 it equals the policy."""
-    manifest, mbs, _ = _step(traces, "dapo_kl", 0)
+    manifest, _, mbs, _ = load_step(traces, "dapo_kl", 0)
     assert manifest["config"]["kl_coef"] == 0.04
     for mb in mbs:
         L = mb["loss_mask"]

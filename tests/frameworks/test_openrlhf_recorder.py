@@ -26,20 +26,15 @@ d s/d logp_t is s / n_i; k3's value exp(ref - logp) - 1 + logp - ref has d/d log
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conformance.frameworks import subprocess_worker as sw
 from tests.frameworks import pinned_rows
+from tests.frameworks.recorder_traces import load_step, record_or_skip
 
-ROOT = Path(__file__).resolve().parents[2]
-RECORDER = ROOT / "conformance" / "frameworks" / "openrlhf" / "recorder.py"
 SKIP_REASON = pinned_rows.skip_reason("OpenRLHF", "openrlhf")
 SCENARIOS = ("token_mean", "seq_mean_token_mean", "kl_loss_k3", "dual_clip", "gspo")
 STEPS, GA, ROWS, G, MAX_NEW, EOS, SEP, DIGIT0, D, V = 2, 4, 4, 4, 5, 1, 3, 4, 32, 14
@@ -52,29 +47,8 @@ DUAL = {"dual_clip": 1.1}
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    python = sw.python_for("openrlhf")[0]
-    if python is None:
-        pytest.skip(SKIP_REASON)
-    out = tmp_path_factory.mktemp("openrlhf_traces")
-    cmd = [python, str(RECORDER), "--out", str(out), "--steps", str(STEPS), "--seed", "0"]
-    for s in SCENARIOS:
-        cmd += ["--scenario", s]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    print(f"recorder: {time.perf_counter() - t0:.1f} s")
-    return out
-
-
-def _step(traces: Path, scenario: str, step: int) -> tuple[dict, dict, list[dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    from safetensors.numpy import load_file
-
-    folder = traces / scenario / f"step-{step:06d}"
-    manifest = json.loads((folder / "manifest.json").read_text())
-    part = json.loads((folder / "part-dp0-cp0.json").read_text())
-    mbs = [load_file(str(folder / e["file"])) for e in part["micro_batches"]]
-    return manifest, part, mbs, load_file(str(folder / "step.safetensors"))
+    return record_or_skip("openrlhf", tmp_path_factory.mktemp("openrlhf_traces"), SCENARIOS, steps=STEPS,
+                          skip_reason=SKIP_REASON)
 
 
 def _weights(mb: dict[str, np.ndarray], scenario: str, N: int) -> np.ndarray:
@@ -104,7 +78,7 @@ def _reverse_reward(prompt_digits: list[int], completion: list[int]) -> float:
 def test_layout_shapes_and_claims(traces: Path, scenario: str):
     low, high = EPS.get(scenario, (0.2, 0.2))
     for step in range(STEPS):
-        manifest, part, mbs, st = _step(traces, scenario, step)
+        manifest, part, mbs, st = load_step(traces, scenario, step)
         assert manifest["layout"] == {"dp": 1, "cp": 1, "micro_batches": GA}
         cfg = manifest["config"]
         assert cfg["algorithm"] == "grpo" and cfg["grpo_scale"] == "group" and cfg["grpo_eps"] == 1e-9
@@ -144,7 +118,7 @@ def test_masks_are_the_generated_tokens(traces: Path, scenario: str):
     """OpenRLHF's action mask (action range shifted by one, on the last T - 1 columns) is exactly the generated
     tokens: the prompt starts at column 0 (no left padding), the completion follows it, the rest is right padding."""
     for step in range(STEPS):
-        _, _, mbs, _ = _step(traces, scenario, step)
+        _, _, mbs, _ = load_step(traces, scenario, step)
         for mb in mbs:
             ids, L, P, C, A = (mb[k] for k in ("input_ids", "loss_mask", "prompt_mask", "completion_mask", "attention_mask"))
             assert np.array_equal(L, C), "the loss mask is not the completion"
@@ -166,7 +140,7 @@ def test_masks_are_the_generated_tokens(traces: Path, scenario: str):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_rewards_and_group_norm_advantages(traces: Path, scenario: str):
     for step in range(STEPS):
-        _, part, mbs, _ = _step(traces, scenario, step)
+        _, part, mbs, _ = load_step(traces, scenario, step)
         r = np.zeros(N_ROWS)
         adv = np.zeros(N_ROWS)
         for mb, from_experience in zip(mbs, part["extra"]["experience_rewards"]):
@@ -189,7 +163,7 @@ def test_rewards_and_group_norm_advantages(traces: Path, scenario: str):
 def test_step_normalisation_at_ratio_one(traces: Path, scenario: str):
     """Step 0: d(backward scalar)/d logp_t = -A_t x the mode's weight over the step's counts; the micro-batch's
     loss is -sum_t A_t x weight; OpenRLHF hands training_step the step's counts divided by gas."""
-    _, part, mbs, _ = _step(traces, scenario, 0)
+    _, part, mbs, _ = load_step(traces, scenario, 0)
     N = sum(int(mb["loss_mask"].sum()) for mb in mbs)
     counts = [int(mb["loss_mask"].sum()) for mb in mbs]
     assert len(set(counts)) > 1, f"micro-batches of equal token counts {counts} cannot tell the normalisations apart"
@@ -208,7 +182,7 @@ def test_step_normalisation_at_ratio_one(traces: Path, scenario: str):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_off_policy_gradient_by_hand(traces: Path, scenario: str):
     """Step 1 (the second epoch): the clip, the dual clip, GSPO's sequence ratio and the k3 term, by hand."""
-    _, _, mbs, _ = _step(traces, scenario, 1)
+    _, _, mbs, _ = load_step(traces, scenario, 1)
     low, high = EPS.get(scenario, (0.2, 0.2))
     N = sum(int(mb["loss_mask"].sum()) for mb in mbs)
     clipped = moved = dual = 0
@@ -248,7 +222,7 @@ def test_off_policy_gradient_by_hand(traces: Path, scenario: str):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_probe_finite_nonzero(traces: Path, scenario: str):
     for step in range(STEPS):
-        _, _, _, st = _step(traces, scenario, step)
+        _, _, _, st = load_step(traces, scenario, step)
         g = st["probe_grad"]
         assert np.isfinite(g).all() and np.abs(g).max() > 0
 
@@ -257,7 +231,7 @@ def test_probe_finite_nonzero(traces: Path, scenario: str):
 def test_token_loss_by_hand(traces: Path):
     """kl_loss_k3: the per-token loss is -min(r A, clip(r, 0.8, 1.28) A) + 0.05 x k3(logp, ref)."""
     for step in range(STEPS):
-        _, _, mbs, _ = _step(traces, "kl_loss_k3", step)
+        _, _, mbs, _ = load_step(traces, "kl_loss_k3", step)
         for mb in mbs:
             L = mb["loss_mask"]
             logp, old, ref = (mb[k].astype(np.float64) for k in ("logp", "old_logp", "ref_logp"))
@@ -272,7 +246,7 @@ def test_token_loss_by_hand(traces: Path):
 def test_reference_is_the_initial_policy(traces: Path):
     """kl.init_coef > 0: a reference Actor on the same weights; the rollout (both epochs) was sampled by them."""
     for step in range(STEPS):
-        _, _, mbs, st = _step(traces, "kl_loss_k3", step)
+        _, _, mbs, st = load_step(traces, "kl_loss_k3", step)
         assert np.array_equal(st["ref_lm_head_weight"], st["old_lm_head_weight"])
         for mb in mbs:
             L = mb["loss_mask"]

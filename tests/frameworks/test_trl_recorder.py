@@ -33,6 +33,7 @@ pytest.importorskip("trl", reason="TRL is not installed (pip install -c .ci/cons
 
 from conformance.frameworks.trl import recorder  # noqa: E402
 from conformance.trace.replay import replay  # noqa: E402
+from tests.frameworks.recorder_traces import load_step  # noqa: E402
 
 STEPS, G, GEN, MAX_LEN, EOS, DIGIT0 = 2, 4, 4, 5, 1, 4
 SCENARIOS = tuple(recorder.SCENARIOS)
@@ -52,16 +53,6 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _step(traces: Path, scenario: str, step: int) -> tuple[dict, list[dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    from safetensors.numpy import load_file
-
-    folder = traces / scenario / f"step-{step:06d}"
-    manifest = json.loads((folder / "manifest.json").read_text())
-    part = json.loads((folder / "part-dp0-cp0.json").read_text())
-    mbs = [load_file(str(folder / e["file"])) for e in part["micro_batches"]]
-    return manifest, mbs, load_file(str(folder / "step.safetensors"))
-
-
 def _layout(scenario: str) -> tuple[int, int]:
     """(micro-batches per step, rows per micro-batch)."""
     return (1, 8) if scenario.endswith("_ga1") else (4, 2)
@@ -71,7 +62,7 @@ def _layout(scenario: str) -> tuple[int, int]:
 def test_layout_and_masks(traces: Path, scenario: str):
     n_mb, rows = _layout(scenario)
     for step in range(STEPS):
-        manifest, mbs, st = _step(traces, scenario, step)
+        manifest, _, mbs, st = load_step(traces, scenario, step)
         assert manifest["layout"] == {"dp": 1, "cp": 1, "micro_batches": n_mb}
         assert len(mbs) == n_mb and all(mb["input_ids"].shape[0] == rows for mb in mbs)
         assert sorted(np.concatenate([mb["row_ids"] for mb in mbs]).tolist()) == list(range(n_mb * rows))
@@ -91,7 +82,7 @@ def test_rewards_and_advantages_by_hand(traces: Path, scenario: str):
     """Rewards: the task's partial credit (reverse the 3 prompt digits; one point per digit in place and one for
     stopping right after them, over 4) plus the share of digit tokens. Advantages: GRPO (r - mean_g) / (std_g + 1e-4)
     with the unbiased std; RLOO r_i - mean of the group's others."""
-    _, mbs, _ = _step(traces, scenario, 0)
+    _, _, mbs, _ = load_step(traces, scenario, 0)
     rewards, adv, groups = {}, {}, {}
     for mb in mbs:
         for i in range(mb["input_ids"].shape[0]):
@@ -122,7 +113,7 @@ def test_rewards_and_advantages_by_hand(traces: Path, scenario: str):
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_gradient_at_ratio_one_by_hand(traces: Path, scenario: str):
-    manifest, mbs, _ = _step(traces, scenario, 0)
+    manifest, _, mbs, _ = load_step(traces, scenario, 0)
     lt = manifest["config"]["trl"]["loss_type"] if scenario != "rloo" else "rloo"
     n_mb, b = _layout(scenario)
     N = sum(int(mb["loss_mask"].sum()) for mb in mbs)

@@ -29,7 +29,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -37,9 +36,9 @@ import pytest
 
 from conformance.frameworks import subprocess_worker as sw
 from tests.frameworks import pinned_rows
+from tests.frameworks.recorder_traces import load_step, record_or_skip
 
 ROOT = Path(__file__).resolve().parents[2]
-RECORDER = ROOT / "conformance" / "frameworks" / "verl" / "recorder.py"
 SKIP_REASON = pinned_rows.skip_reason("verl", "verl")
 SCENARIOS = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm", "token_mean_kl")
 STEPS = 2
@@ -61,26 +60,9 @@ def _python() -> str:
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    python = _python()
-    out = tmp_path_factory.mktemp("verl_traces")
-    cmd = [python, str(RECORDER), "--out", str(out), "--steps", str(STEPS), "--seed", "0"]
-    for s in SCENARIOS:
-        cmd += ["--scenario", s]
-    t0 = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    print(f"recorder: {time.perf_counter() - t0:.1f} s")
-    return out
-
-
-def _step(traces: Path, scenario: str, step: int) -> tuple[dict, list[dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    from safetensors.numpy import load_file
-
-    folder = traces / scenario / f"step-{step:06d}"
-    manifest = json.loads((folder / "manifest.json").read_text())
-    part = json.loads((folder / "part-dp0-cp0.json").read_text())
-    mbs = [load_file(str(folder / e["file"])) for e in part["micro_batches"]]
-    return manifest, mbs, load_file(str(folder / "step.safetensors"))
+    _python()
+    return record_or_skip("verl", tmp_path_factory.mktemp("verl_traces"), SCENARIOS, steps=STEPS,
+                          skip_reason=SKIP_REASON)
 
 
 def _row_token_counts(mb: dict[str, np.ndarray]) -> np.ndarray:
@@ -91,7 +73,7 @@ def _row_token_counts(mb: dict[str, np.ndarray]) -> np.ndarray:
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_layout_and_shapes(traces: Path, scenario: str):
     for step in range(STEPS):
-        manifest, mbs, st = _step(traces, scenario, step)
+        manifest, _, mbs, st = load_step(traces, scenario, step)
         assert manifest["layout"] == {"dp": 1, "cp": 1, "micro_batches": MB}
         assert manifest["config"]["verl"]["ppo_micro_batch_size_per_gpu"] == ROWS
         assert len(mbs) == MB
@@ -120,7 +102,7 @@ def test_layout_and_shapes(traces: Path, scenario: str):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_masks_left_padded_prompts_right_padded_responses(traces: Path, scenario: str):
     for step in range(STEPS):
-        _, mbs, _ = _step(traces, scenario, step)
+        _, _, mbs, _ = load_step(traces, scenario, step)
         for mb in mbs:
             ids, L, Pm, C, A = (mb[k] for k in ("input_ids", "loss_mask", "prompt_mask", "completion_mask", "attention_mask"))
             assert not L[:, :P].any() and not Pm[:, P:].any(), "the prompt / response columns are not split at P"
@@ -140,7 +122,7 @@ def test_masks_left_padded_prompts_right_padded_responses(traces: Path, scenario
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_rewards_and_grpo_advantages_by_hand(traces: Path, scenario: str):
     """reward = digit sum / 54 on the last response token; A = (r - mean_g) / (unbiased std_g + 1e-6)."""
-    _, mbs, _ = _step(traces, scenario, 0)
+    _, _, mbs, _ = load_step(traces, scenario, 0)
     rewards, groups, adv = {}, {}, {}
     for mb in mbs:
         for i in range(ROWS):
@@ -168,7 +150,7 @@ def test_rewards_and_grpo_advantages_by_hand(traces: Path, scenario: str):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_global_normalisation_at_ratio_one(traces: Path, scenario: str):
     """Step 0: d(backward scalar)/d logp and each micro-batch's loss, as worked in the module docstring."""
-    _, mbs, _ = _step(traces, scenario, 0)
+    _, _, mbs, _ = load_step(traces, scenario, 0)
     N = sum(int(mb["loss_mask"].sum()) for mb in mbs)
     counts = [int(mb["loss_mask"].sum()) for mb in mbs]
     assert len(set(counts)) > 1, f"micro-batches of equal token counts {counts} cannot tell the normalisations apart"
@@ -194,8 +176,8 @@ def test_global_normalisation_at_ratio_one(traces: Path, scenario: str):
 @pytest.mark.frameworks
 def test_clipped_token_mean_on_the_second_epoch(traces: Path):
     """Step 1 (same rows, one update later): -A r / N where the clipped objective follows r, 0 where clipped."""
-    _, mbs0, _ = _step(traces, "token_mean", 0)
-    _, mbs, _ = _step(traces, "token_mean", 1)
+    _, _, mbs0, _ = load_step(traces, "token_mean", 0)
+    _, _, mbs, _ = load_step(traces, "token_mean", 1)
     N = sum(int(mb["loss_mask"].sum()) for mb in mbs)
     old0 = {int(r): mb["old_logp"][i] for mb in mbs0 for i, r in enumerate(mb["row_ids"])}
     clipped = moved = 0
@@ -217,7 +199,7 @@ def test_clipped_token_mean_on_the_second_epoch(traces: Path):
 @pytest.mark.frameworks
 def test_reference_is_the_initial_policy(traces: Path):
     for step in range(STEPS):
-        manifest, mbs, st = _step(traces, "token_mean_kl", step)
+        manifest, _, mbs, st = load_step(traces, "token_mean_kl", step)
         assert manifest["config"]["kl_coef"] == 0.1 and manifest["config"]["verl"]["kl_loss_type"] == "low_var_kl"
         for mb in mbs:
             L = mb["loss_mask"]
@@ -230,14 +212,14 @@ def test_reference_is_the_initial_policy(traces: Path):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_probe_finite_nonzero_and_backward_scale_one(traces: Path, scenario: str):
     for step in range(STEPS):
-        _, _, st = _step(traces, scenario, step)
+        _, _, _, st = load_step(traces, scenario, step)
         g = st["probe_grad"]
         assert np.isfinite(g).all() and np.abs(g).max() > 0
         part = json.loads((traces / scenario / f"step-{step:06d}" / "part-dp0-cp0.json").read_text())
         extra = part["extra"]
         assert extra["backward_scale"] == [1.0] * MB  # forward_backward_batch calls loss.backward() on it
         assert extra["global_batch_size"] == [STEP_ROWS] * MB and extra["dp_size"] == [1] * MB
-        _, mbs, _ = _step(traces, scenario, step)
+        _, _, mbs, _ = load_step(traces, scenario, step)
         assert extra["batch_num_tokens"] == [sum(int(mb["loss_mask"].sum()) for mb in mbs)] * MB
 
 

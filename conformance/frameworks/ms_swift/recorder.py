@@ -84,17 +84,16 @@ kept under ``config["ms_swift"]``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from conformance.frameworks.recorder_cli import recorder_main
 from rlspec.trace import TraceRecorder
 
 COMMON: dict[str, Any] = dict(
@@ -412,23 +411,8 @@ def record(out_dir: str | os.PathLike[str], scenario: str, steps: int = 4, seed:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", help="the folder the traces go to (one per scenario)")
-    p.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="default: all")
-    p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--list", action="store_true", help="print the scenario names as a JSON list and exit")
-    a = p.parse_args(argv)
-    if a.list:
-        print(json.dumps(list(SCENARIOS)))
-        return 0
-    if not a.out:
-        p.error("--out is required")
-    for name in a.scenario or list(SCENARIOS):
-        t0 = time.perf_counter()
-        folder = record(a.out, name, steps=a.steps, seed=a.seed)
-        print(f"{name}: {folder} ({time.perf_counter() - t0:.1f} s)", flush=True)
-    return 0
+    return recorder_main(argv, description=__doc__.splitlines()[0], scenarios=SCENARIOS, record=record,
+                         default_steps=4)
 
 
 if __name__ == "__main__":

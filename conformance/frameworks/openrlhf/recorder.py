@@ -127,17 +127,14 @@ OpenRLHF's own settings are kept under ``config["openrlhf"]``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import importlib.util
 import io
-import json
 import os
 import runpy
 import sys
 import tempfile
-import time
 import types
 import warnings
 from pathlib import Path
@@ -146,6 +143,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
+from conformance.frameworks.recorder_cli import recorder_main
 from rlspec.trace import TraceRecorder
 
 COMMON: list[str] = [
@@ -720,24 +718,8 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", help="the folder the traces go to (one per scenario)")
-    p.add_argument("--scenario", action="append", choices=list(SCENARIOS), help="default: all")
-    p.add_argument("--steps", type=int, default=2, help="optimizer steps (even: one rollout trains 2)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--list", action="store_true", help="print the scenario names as a JSON list and exit")
-    a = p.parse_args(argv)
-    if a.list:
-        print(json.dumps(list(SCENARIOS)))
-        return 0
-    if not a.out:
-        p.error("--out is required")
-    torch.set_num_threads(1)
-    for name in a.scenario or list(SCENARIOS):
-        t0 = time.perf_counter()
-        folder = record(a.out, name, steps=a.steps, seed=a.seed)
-        print(f"{name}: {folder} ({time.perf_counter() - t0:.1f} s)", flush=True)
-    return 0
+    return recorder_main(argv, description=__doc__.splitlines()[0], scenarios=SCENARIOS, record=record,
+                         default_steps=2, steps_help="optimizer steps (even: one rollout trains 2)", before=lambda: torch.set_num_threads(1))
 
 
 if __name__ == "__main__":

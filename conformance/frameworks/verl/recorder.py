@@ -109,12 +109,9 @@ GRPO: (score - group mean) / (unbiased std + 1e-6) (core_algos.py:268-330). verl
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import tempfile
-import time
 import types
 import warnings
 from contextlib import nullcontext
@@ -124,6 +121,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from conformance.frameworks.recorder_cli import recorder_main
 from rlspec.trace import TraceRecorder
 
 GROUP = 4  # rollout.n
@@ -642,26 +640,14 @@ def record(out_dir: str | os.PathLike[str], scenario: str, steps: int = 2, seed:
         return trace_dir
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", help="the folder the traces go to (one per scenario)")
-    p.add_argument("--scenario", action="append", choices=list(SCENARIOS), help="default: all")
-    p.add_argument("--steps", type=int, default=2, help="optimizer steps (rounded up to a multiple of ppo_epochs, 2)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--list", action="store_true", help="print the scenario names as a JSON list and exit")
-    a = p.parse_args(argv)
-    if a.list:
-        print(json.dumps(list(SCENARIOS)))
-        return 0
-    if not a.out:
-        p.error("--out is required")
-    for name in a.scenario or list(SCENARIOS):
-        t0 = time.perf_counter()
-        folder = record(a.out, name, steps=a.steps, seed=a.seed)
-        print(f"{name}: {folder} ({time.perf_counter() - t0:.1f} s)", flush=True)
+def _destroy_group() -> None:
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return recorder_main(argv, description=__doc__.splitlines()[0], scenarios=SCENARIOS, record=record,
+                         default_steps=2, steps_help="optimizer steps (rounded up to a multiple of ppo_epochs, 2)", after=_destroy_group)
 
 
 if __name__ == "__main__":
