@@ -91,4 +91,5 @@ def test_cli_inexpressible_configuration_is_a_clear_error(capsys):
     code = cli_main(["e2e", "--trainer", "trl", "--steps", "1", "--importance-sampling-level", "sequence",
                      "--use-bias-correction-kl", "true"])
     assert code == 2
-    assert "sequence-level ratio" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "rlspec e2e: trl: use_bias_correction_kl: with importance_sampling_level='sequence'" in err, err

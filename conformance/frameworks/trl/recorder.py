@@ -179,7 +179,8 @@ def claims(settings: dict[str, Any], eos_token_id: int) -> dict[str, Any]:
     lt = settings["loss_type"]
     if settings["beta"] and settings.get("use_bias_correction_kl"):
         if settings.get("importance_sampling_level", "token") != "token":
-            raise ValueError("claims: the KL term times a sequence-level ratio has no kl.loss form")
+            raise ValueError("use_bias_correction_kl: with importance_sampling_level='sequence' the KL term times the "
+                             "sequence-level ratio has no kl.loss form a trace config can state")
         common["kl_gradient"] = "bias_corrected"  # K3 x exp(logp - old), differentiated through both (G:3103-3104)
     agg, scope = AGG[lt]
     loss = LOSS.get(lt, "ppo")
