@@ -28,11 +28,12 @@ from oracle import (
     policy_losses,
     reward_shaping,
     rewards,
+    sampling,
     value_loss,
     whiten,
 )
 
-_FAMILIES = (logprobs, fused_head, advantages, gae, whiten, rewards, kl, policy_losses, value_loss, aggregation,
+_FAMILIES = (logprobs, sampling, fused_head, advantages, gae, whiten, rewards, kl, policy_losses, value_loss, aggregation,
              composite, metrics, offpolicy, estimators, covariance, entropy_terms, controllers, reward_shaping)
 
 __all__: list[str] = [name for module in _FAMILIES for name in module.__all__]

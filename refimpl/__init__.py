@@ -30,12 +30,13 @@ from refimpl import (
     policy_losses,
     reward_shaping,
     rewards,
+    sampling,
     value_loss,
     vocab_parallel,
     whiten,
 )
 
-_MODULES = (logprobs, fused_head, advantages, rewards, gae, whiten, kl, policy_losses, value_loss, aggregation, composite,
+_MODULES = (logprobs, sampling, fused_head, advantages, rewards, gae, whiten, kl, policy_losses, value_loss, aggregation, composite,
             metrics, offpolicy, estimators, covariance, entropy_terms, controllers, reward_shaping, distributed, vocab_parallel, packed,
             context_parallel)
 

@@ -29,6 +29,7 @@ from conformance.records import (
     policy_losses,
     reward_shaping,
     rewards,
+    sampling,
     value_loss,
     whiten,
 )
@@ -36,7 +37,7 @@ from conformance.records.cases import Case
 from conformance.records.record import GoldenCase, Quantity
 
 # Families in spec order: the order of `RECORDS`, and so of every report, table and generated list.
-MODULES = (logprobs, fused_head, advantages, rewards, gae, whiten, kl, policy_losses, value_loss, aggregation,
+MODULES = (logprobs, sampling, fused_head, advantages, rewards, gae, whiten, kl, policy_losses, value_loss, aggregation,
            metrics, composite, offpolicy, estimators, reward_shaping, covariance, entropy_terms, controllers)
 
 # The spec families (a spec id's prefix) and what the tables call them.

@@ -31,6 +31,10 @@ def flag(name: str, doc: str = "") -> Keyword:
 
 # --- log-probs ----------------------------------------------------------------------------------------
 TEMPERATURE = real("temperature", 0.0, -1.0)
+# the engine's truncation of the sampling distribution (logprob.sampling); top_k = 0 is no top-k
+TOP_K = integer("top_k", -1)
+TOP_P = real("top_p", 0.0, -0.1, 1.5)
+MIN_P = real("min_p", -0.1, 1.5)
 
 # --- advantages -----------------------------------------------------------------------------------------
 BASELINE = choice("baseline", "none", "batch_mean")

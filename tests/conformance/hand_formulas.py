@@ -823,11 +823,69 @@ def optimal_token_baseline_advantages(a: dict[str, Any], kw: dict[str, Any]) -> 
     return np.where(m, returns - baseline, 0.0), returns
 
 
+def _kept(logits: np.ndarray, m: np.ndarray, kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(a, keep) at every position t, both [B, T, V]: a = z[t-1] / τ and the sampler's kept support, read
+    from api.md's rule as whole-array comparisons (min-p on p, top-k as "fewer than k strictly larger",
+    top-p as "strictly-more-probable mass of the top-k renormalised q below p")."""
+    a = _shifted_logits(logits, m, kw.get("temperature", 1.0))
+    p = np.exp(_log_softmax(a))
+    keep = p >= kw.get("min_p", 0.0) * p.max(axis=-1, keepdims=True)
+    k = kw.get("top_k", 0)
+    if k > 0:
+        larger = ((a[..., None, :] > a[..., :, None]) & keep[..., None, :]).sum(axis=-1)  # kept z_u > z_v
+        keep &= larger < k
+    q = np.where(keep, p, 0.0)
+    q = q / q.sum(axis=-1, keepdims=True)
+    top_p = kw.get("top_p", 1.0)
+    if top_p < 1.0:
+        above = (q[..., None, :] * (q[..., None, :] > q[..., :, None])).sum(axis=-1)
+        keep &= above < top_p
+    return a, keep
+
+
+def _kept_logsumexp(a: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    top = np.where(keep, a, -np.inf).max(axis=-1, keepdims=True)
+    return (top + np.log(np.where(keep, np.exp(a - top), 0.0).sum(axis=-1, keepdims=True)))[..., 0]
+
+
+def sampling_logprobs(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    z, keep = _kept(a["logits"], m, kw)
+    ids = np.where(m, a["input_ids"], 0)[:, :, None]
+    inside = np.take_along_axis(keep, ids, axis=-1)[..., 0]
+    value = np.take_along_axis(z, ids, axis=-1)[..., 0] - _kept_logsumexp(z, keep)
+    return (np.where(m, np.where(inside, value, -np.inf), 0.0),)
+
+
+def sampling_log_mass(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    z, keep = _kept(a["logits"], m, kw)
+    return (_zero_masked(m, _kept_logsumexp(z, keep) - _kept_logsumexp(z, np.ones_like(keep))),)
+
+
+def _sampling_grad(a: dict[str, Any], kw: dict[str, Any], u: np.ndarray, mass: bool) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    z, keep = _kept(a["logits"], m, kw)
+    q = np.where(keep, np.exp(z - _kept_logsumexp(z, keep)[..., None]), 0.0)
+    if mass:
+        g = q - np.exp(_log_softmax(z))
+    else:
+        ids = np.where(m, a["input_ids"], 0)[:, :, None]
+        onehot = (np.arange(z.shape[-1]) == ids).astype(np.float64)
+        g = (onehot - q) * np.take_along_axis(keep, ids, axis=-1)
+    g = g * (_clean(m, u) * m)[:, :, None] / kw.get("temperature", 1.0)
+    out = np.zeros_like(g)
+    out[:, :-1] = g[:, 1:]  # position t's value reads the logits of t - 1
+    return (out,)
+
+
 HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "token_logprobs": token_logprobs,
     "token_entropy": token_entropy,
     "token_logprobs_from_hidden": token_logprobs_from_hidden,
     "token_entropy_from_hidden": token_entropy_from_hidden,
+    "sampling_logprobs": sampling_logprobs,
+    "sampling_log_mass": sampling_log_mass,
     "reinforce_advantages": reinforce_advantages,
     "rloo_advantages": rloo_advantages,
     "grpo_advantages": grpo_advantages,
@@ -921,6 +979,8 @@ HAND_GRAD: dict[str, Callable[[dict[str, Any], dict[str, Any], Any], tuple[Any, 
     "token_entropy": lambda a, kw, u: (_logit_grad(a, kw, u, entropy=True),),
     "token_logprobs_from_hidden": lambda a, kw, u: _fused_grad(a, kw, u, entropy=False),
     "token_entropy_from_hidden": lambda a, kw, u: _fused_grad(a, kw, u, entropy=True),
+    "sampling_logprobs": lambda a, kw, u: _sampling_grad(a, kw, u, mass=False),
+    "sampling_log_mass": lambda a, kw, u: _sampling_grad(a, kw, u, mass=True),
     "kl_penalty": lambda a, kw, u: (_clean(a["mask"], u) * _kl(a["logp"], a["ref_logp"], a["mask"], kw)[1],),
     "pg_token_loss": lambda a, kw, u: (_zero_masked(a["mask"], -_adv(a) * _clean(a["mask"], u)),),
     "ppo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _ppo(a, kw)[1],),
