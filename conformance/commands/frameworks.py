@@ -7,7 +7,7 @@ cannot share rlspec's own (every folder of ``conformance/frameworks/`` with an i
 One virtual environment per framework under ``$RLSPEC_FRAMEWORKS_DIR`` (default
 ``~/.cache/rlspec/frameworks``), built with this interpreter's ``venv`` and pip from the recipes shipped
 in each framework's folder ``conformance/frameworks/<name>/`` (``requirements.txt`` with dependencies,
-then ``nodeps.txt`` with ``--no-deps``). pip is the ordinary client, with its usual configuration
+then, where present, ``nodeps.txt`` with ``--no-deps``, then ``pip uninstall`` of ``uninstall.txt``). pip is the ordinary client, with its usual configuration
 (``pip.conf``, ``PIP_*`` variables); ``$RLSPEC_FRAMEWORKS_PIP_ARGS`` adds arguments to every pip call
 (e.g. an index for a CPU build of torch). The adapters find the environments there
 (``conformance/frameworks/subprocess_worker.py``); see ``conformance/frameworks/README.md``.
@@ -73,10 +73,13 @@ def install_one(name: str, *, force: bool = False, log: TextIO | None = None) ->
         if _run([sys.executable, "-m", "venv", str(root)], log):
             print(f"rlspec frameworks: could not create {root}", file=sys.stderr)
             return 1
-    steps = [
-        _pip(python, "-r", str(FRAMEWORKS_HOME / name / "requirements.txt")),
-        _pip(python, "--no-deps", "-r", str(FRAMEWORKS_HOME / name / "nodeps.txt")),
-    ]
+    home = FRAMEWORKS_HOME / name
+    steps = [_pip(python, "-r", str(home / "requirements.txt"))]
+    if (home / "nodeps.txt").exists():
+        steps.append(_pip(python, "--no-deps", "-r", str(home / "nodeps.txt")))
+    if (home / "uninstall.txt").exists():  # packages pip brings that break the environment (vllm)
+        steps.append([str(python), "-m", "pip", "uninstall", "--disable-pip-version-check", "-y", "-r",
+                      str(home / "uninstall.txt")])
     for cmd in steps:
         if _run(cmd, log):
             print(f"rlspec frameworks: pip failed for {name}; the environment is left at {root}", file=sys.stderr)
