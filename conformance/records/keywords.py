@@ -35,6 +35,10 @@ TEMPERATURE = real("temperature", 0.0, -1.0)
 TOP_K = integer("top_k", -1)
 TOP_P = real("top_p", 0.0, -0.1, 1.5)
 MIN_P = real("min_p", -0.1, 1.5)
+# metric.mismatch
+MISMATCH = choice("metric", "kl", "k3_kl", "chi2_token", "token_mult_prob_error", "logprob_abs_diff")
+SEQUENCE_MISMATCH = choice("metric", "log_ppl_diff", "log_ppl_abs_diff", "ppl_ratio", "chi2_seq")
+MISMATCH_AGG = choice("agg", "token_mean", "seq_mean_token_mean")
 
 # --- advantages -----------------------------------------------------------------------------------------
 BASELINE = choice("baseline", "none", "batch_mean")

@@ -879,6 +879,36 @@ def _sampling_grad(a: dict[str, Any], kw: dict[str, Any], u: np.ndarray, mass: b
     return (out,)
 
 
+def _mismatch_deltas(a: dict[str, Any], kw: dict[str, Any]):
+    m = a["mask"]
+    d = np.where(m, _clean(m, a["old_logp"]) - _clean(m, a["rollout_logp"]), 0.0)
+    c = kw.get("log_ratio_clamp")
+    return m, d, m.sum(axis=1), (lambda x: x) if c is None else (lambda x: np.clip(x, -c, c))
+
+
+def mismatch_metric(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float, ...]:
+    m, d, n, bound = _mismatch_deltas(a, kw)
+    if not n.any():
+        return (0.0,)
+    metric = kw.get("metric", "kl")
+    s = np.where(m, {"kl": lambda: -d, "k3_kl": lambda: np.expm1(d) - d, "chi2_token": lambda: np.exp(2 * bound(d)),
+                     "token_mult_prob_error": lambda: np.exp(np.abs(d)), "logprob_abs_diff": lambda: np.abs(d)}[metric](), 0.0)
+    rows = n > 0
+    value = s.sum() / n.sum() if kw.get("agg", "token_mean") == "token_mean" else np.mean(s.sum(axis=1)[rows] / n[rows])
+    return (float(value - 1.0) if metric == "chi2_token" else float(value),)
+
+
+def sequence_mismatch_metric(a: dict[str, Any], kw: dict[str, Any]) -> tuple[float, ...]:
+    m, d, n, bound = _mismatch_deltas(a, kw)
+    rows = n > 0
+    if not rows.any():
+        return (0.0,)
+    metric = kw.get("metric", "log_ppl_diff")
+    total = d.sum(axis=1)[rows]
+    per_row = {"log_ppl_diff": -total / n[rows], "log_ppl_abs_diff": np.abs(total / n[rows]),
+               "ppl_ratio": np.exp(-total / n[rows]), "chi2_seq": np.exp(2 * bound(total))}[metric]
+    return (float(per_row.mean() - 1.0) if metric == "chi2_seq" else float(per_row.mean()),)
+
 HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "token_logprobs": token_logprobs,
     "token_entropy": token_entropy,
@@ -886,6 +916,8 @@ HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "token_entropy_from_hidden": token_entropy_from_hidden,
     "sampling_logprobs": sampling_logprobs,
     "sampling_log_mass": sampling_log_mass,
+    "mismatch_metric": mismatch_metric,
+    "sequence_mismatch_metric": sequence_mismatch_metric,
     "reinforce_advantages": reinforce_advantages,
     "rloo_advantages": rloo_advantages,
     "grpo_advantages": grpo_advantages,

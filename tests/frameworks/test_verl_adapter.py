@@ -68,6 +68,13 @@ def test_protocol_round_trip_is_exact_and_pickle_free():
 
 CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (golden vectors included)
     'token_logprobs': 'pass',
+    # compute_offpolicy_metrics (rollout_corr_helper.py:904-1010): its chi2 exponents clamped at +-20 always
+    # (the golden mismatch_metric/chi2-seq-clamped decides it); token_mult_prob_error, logprob_abs_diff and
+    # seq_mean_token_mean are not verl metrics, not implemented cases
+    'mismatch_metric': 'preset',
+    # log_ppl_diff, log_ppl_abs_diff, ppl_ratio, chi2_seq (clamped at +-20: the golden chi2-seq-clamped); a batch
+    # with an empty row is not offered (verl's .mean() counts it; its responses always hold a token)
+    'sequence_mismatch_metric': 'preset',
     'token_entropy': 'pass',
     # the loop rloo (core_algos.py:587-636): a one-sample group keeps its score, singleton='raw' (spec v1.1):
     # preset verl, decided by the golden vectors rloo_advantages/group-size-1 and preset-verl

@@ -32,6 +32,7 @@ What is called (verl 0.9.1; paths relative to ``verl/``):
 | ``aggregate`` | ``core_algos.py::agg_loss`` (:1140) with the global batch info the engine passes (``workers/utils/losses.py:57-69``) |
 | ``rollout_is_weights`` | ``trainer/ppo/rollout_corr_helper.py::compute_rollout_correction_and_rejection_mask`` (:786) with ``rollout_is`` set: ``compute_rollout_correction_weights`` (:522) on ``log_ratio = old - rollout`` (:849) |
 | ``rollout_rejection_mask`` | idem with ``rollout_rs`` set: ``compute_rollout_rejection_mask`` (:197); the modified ``response_mask`` is the keep mask |
+| ``mismatch_metric``, ``sequence_mismatch_metric`` | ``trainer/ppo/rollout_corr_helper.py::compute_offpolicy_metrics`` (:904-1010), the metric of that name (``rollout_corr/<metric>``); its χ² exponents are clamped at ±20 always (``log_ratio_clamp`` None or 20 run, the ``verl`` preset names the clamp); ``token_mult_prob_error``, ``logprob_abs_diff`` and ``agg="seq_mean_token_mean"`` are no verl metric, a batch without a valid token an AssertionError (:940) and a sequence metric on a batch with an empty row is not offered (verl's ``.mean()`` counts the row; its responses always hold a token): not implemented |
 | ``sapo_token_loss`` | ``core_algos.py::compute_policy_loss_sapo`` (:1622, ``loss_mode="sapo"``): the per-token matrix it aggregates (its reduction is hard-coded, :1688-1690; the matrix is read before it) |
 | ``gmpo_token_loss`` | ``core_algos.py::compute_policy_loss_geo_mean`` (:1928, ``"geo_mean"``) on each row alone: the row's loss ``L_b`` (its scalar is ``torch.mean`` over the rows, :2000), carried by every valid token of the row |
 | ``dppo_token_loss`` | ``core_algos.py::compute_policy_loss_dppo_tv`` (:1379, ``divergence="tv"``) / ``_dppo_kl`` (:1460, ``"kl"``): the per-token matrix they aggregate |
@@ -657,6 +658,46 @@ class VerlAdapter(SubprocessAdapter):
         settings = self._is_settings(level, seq_stat, mode, lo, hi, log_ratio_clamp, batch_normalize)
         out = self._worker.call("rollout_correction", arrays, settings)["outputs"]["rollout_is_weights"]
         return io.masked_out(out, m, old.dtype)
+
+    def _offpolicy_metric(self, fn: str, old_logp: Any, rollout_logp: Any, mask: Any, metric: str,
+                          log_ratio_clamp: float | None, every_row: bool) -> float:
+        """``compute_offpolicy_metrics`` (rollout_corr_helper.py:904-1010): the metric of that name."""
+        old, rollout, m = io.rollout_inputs(fn, old_logp, rollout_logp, mask)
+        if log_ratio_clamp is not None:
+            io.number(fn, "log_ratio_clamp", log_ratio_clamp, strict=True)
+        if log_ratio_clamp not in (None, self.SAFETY_BOUND):
+            raise NotImplementedError(f"verl clamps the χ² exponents at SAFETY_BOUND = 20, rollout_corr_helper.py:75, "
+                                      f"not at {log_ratio_clamp!r}")
+        if not m.any():
+            raise NotImplementedError("compute_offpolicy_metrics asserts a valid token (rollout_corr_helper.py:940); "
+                                      "the spec gives 0")
+        if every_row and not m.any(axis=1).all():
+            raise NotImplementedError("verl averages the sequence metrics over every row with .mean() "
+                                      "(rollout_corr_helper.py:947-1008), a row without a valid token counted; "
+                                      "verl's responses always hold a token, so not offered")
+        arrays = {"old_log_prob": io.clean(old, m), "rollout_log_prob": io.clean(rollout, m),
+                  "response_mask": io.as_mask_of(m, old.dtype)}
+        return float(self._worker.call("offpolicy_metrics", arrays, {})["outputs"][metric])
+
+    def mismatch_metric(self, old_logp: Any, rollout_logp: Any, mask: Any, *, metric: str = "kl",
+                        agg: str = "token_mean", log_ratio_clamp: float | None = None) -> float:
+        """``compute_offpolicy_metrics``' token metrics: kl, k3_kl, chi2_token (masked means over the batch)."""
+        fn = "mismatch_metric"
+        io.choice(fn, "metric", metric)
+        io.choice(fn, "agg", agg)
+        if metric not in ("kl", "k3_kl", "chi2_token"):
+            raise NotImplementedError(f"compute_offpolicy_metrics has no {metric!r} (rollout_corr_helper.py:904-1010)")
+        if agg != "token_mean":
+            raise NotImplementedError("verl's token metrics are masked means over the batch's tokens "
+                                      "(rollout_corr_helper.py:960, :966, :999)")
+        return self._offpolicy_metric(fn, old_logp, rollout_logp, mask, metric, log_ratio_clamp, every_row=False)
+
+    def sequence_mismatch_metric(self, old_logp: Any, rollout_logp: Any, mask: Any, *, metric: str = "log_ppl_diff",
+                                 log_ratio_clamp: float | None = None) -> float:
+        """``compute_offpolicy_metrics``' sequence metrics: log_ppl_diff, log_ppl_abs_diff, ppl_ratio, chi2_seq."""
+        fn = "sequence_mismatch_metric"
+        io.choice(fn, "metric", metric)
+        return self._offpolicy_metric(fn, old_logp, rollout_logp, mask, metric, log_ratio_clamp, every_row=True)
 
     RS_LEVELS = ("token", "seq_sum", "seq_mean", "seq_max")
 

@@ -13,6 +13,7 @@ peer-conventions.md, which match 0.9.1 up to about line 1600):
 | ``agg_loss`` | ``trainer/ppo/core_algos.py::agg_loss`` (:1140) |
 | ``kl_penalty`` | ``trainer/ppo/core_algos.py::kl_penalty`` (:2188) |
 | ``policy_loss`` | ``core_algos.get_policy_loss_fn(name)``: ``compute_policy_loss_vanilla`` (:1286), ``_dppo_tv`` (:1379), ``_dppo_kl`` (:1460), ``_gspo`` (:1546), ``_sapo`` (:1622), ``_gpg`` (:1707), ``_clip_cov`` (:1743), ``_kl_cov`` (:1848), ``_geo_mean`` (:1928), ``_dro`` (:2014), ``_cispo`` (:2048), ``_bypass_mode`` (:2413), with ``workers/config/actor.py::ActorConfig`` (``policy_loss``: its ``PolicyLossConfig`` fields, e.g. ``dro_beta``, ``clip_cov_ratio``, ``kl_cov_ratio``); with ``rollout_correction`` the IS weights and rejection mask of verl's rollout correction first (see below); with ``per_row`` also the loss of each row alone (see below); with a ``clip_cov_draws`` array Clip-Cov's random cut decided by those draws (see below) |
+| ``offpolicy_metrics`` | ``trainer/ppo/rollout_corr_helper.py::compute_offpolicy_metrics`` (:904-1010): every metric it returns (``kl``, ``k3_kl``, ``log_ppl_diff``, ``ppl_ratio``, ``chi2_token``, ...), logged as ``rollout_corr/<name>`` |
 | ``rollout_correction`` | ``trainer/ppo/rollout_corr_helper.py::compute_rollout_correction_and_rejection_mask`` (:786), which builds ``log_ratio = old - rollout`` (:849) and calls ``compute_rollout_correction_weights`` (:522) and ``compute_rollout_rejection_mask`` (:197) |
 | ``value_loss`` | ``trainer/ppo/core_algos.py::compute_value_loss`` (:2125) |
 | ``advantage`` | ``core_algos.get_adv_estimator_fn(name)``: ``compute_gae_advantage_return`` (:216), ``compute_grpo_outcome_advantage`` (:268), ``compute_grpo_vectorized_outcome_advantage`` (:335), ``compute_rloo_outcome_advantage`` (:588), ``compute_rloo_vectorized_outcome_advantage`` (:834); spec v1.1 ``compute_gdpo_outcome_advantage`` (:362), ``_grpo_passk_`` (:472), ``_reinforce_plus_plus_baseline_`` (:536), ``_opo_`` (:640), ``_reinforce_plus_plus_`` (:694), ``_remax_`` (:735), ``_gpg_`` (:771), ``compute_optimal_token_baseline_advantage`` (:872), ``compute_multi_turn_optimal_token_baseline_advantage`` (:991), called as ``ray_trainer.compute_advantage`` calls them (an ``AlgoConfig`` from ``algo``, ``index``, ``reward_baselines``; GDPO's per-key scores as ``non_tensor_batch`` with a one-token prompt in ``batch``; the optimal token baselines' ``old_log_probs``, ``sum_pi_squared`` and ``rollout_is_weights``, ray_trainer.py:264-276) |
@@ -170,6 +171,10 @@ def load() -> dict[str, Any]:
             out["rollout_is_weights"] = weights.batch["rollout_is_weights"]
         return out
 
+    def offpolicy_metrics(t: dict[str, Any]) -> dict[str, Any]:
+        return rollout_corr.compute_offpolicy_metrics(
+            old_log_prob=t["old_log_prob"], rollout_log_prob=t["rollout_log_prob"], response_mask=t["response_mask"])
+
     def value_loss(t: dict[str, Any], *, cliprange_value: float, loss_agg_mode: str = "token-mean", dp_size: int = 1,
                    batch_num_tokens: Any = None, global_batch_size: Any = None, loss_scale_factor: Any = None) -> dict[str, Any]:
         with record_agg_loss() as seen:
@@ -250,6 +255,7 @@ def load() -> dict[str, Any]:
         "kl_penalty": kl_penalty,
         "policy_loss": policy_loss,
         "rollout_correction": rollout_correction,
+        "offpolicy_metrics": offpolicy_metrics,
         "value_loss": value_loss,
         "advantage": advantage,
         "masked_whiten": masked_whiten,

@@ -115,6 +115,18 @@ PRESETS: tuple[Preset, ...] = (
         "pg_losses * rollout_is_weights, :1365) with the TIS weight min(rho, 2.0) above. The PPO "
         "log-ratio clamp +-20 (:1338) has no decoupled keyword: see NOT_EXPRESSIBLE.",
     ),
+    # --- spec v1.2 ---
+    Preset(
+        "mismatch_metric", {"log_ratio_clamp": 20.0},
+        "verl/trainer/ppo/rollout_corr_helper.py:904-1010 compute_offpolicy_metrics (logged as "
+        "rollout_corr/<metric> by compute_rollout_correction_and_rejection_mask, :881-889): kl and k3_kl "
+        "masked means over the batch's tokens; chi2_token clamps its exponent to +-SAFETY_BOUND = 20 (:75, :997).",
+    ),
+    Preset(
+        "sequence_mismatch_metric", {"log_ratio_clamp": 20.0},
+        "verl/trainer/ppo/rollout_corr_helper.py:947-1008: log_ppl_diff, log_ppl_abs_diff, ppl_ratio as per-row "
+        "means averaged over the rows; chi2_seq clamps the row's sum of log-ratios to +-SAFETY_BOUND = 20 (:1005).",
+    ),
     # Canonical, so absent: corrected_policy_loss (rollout_corr_helper.py:412: the rejection mask
     # multiplies response_mask, so a rejected token leaves the loss and its denominator: "drop"; read for
     # the legacy trainer, whose loss takes response_mask. The v1 trainer copies loss_mask from
@@ -234,6 +246,12 @@ NOT_EXPRESSIBLE: dict[str, tuple[str, ...]] = {
             "IcePop's ratio bounds [lo, hi] unless lo*hi = 1 (a single value sets lo = 1/hi, :164).",
             "masked_mean divides by n_b + 1e-8 (utils/torch_functional.py:308) for seq_mean_*: a "
             "relative 1e-8/n_b below every tolerance.",
+        ),
+        "sequence_mismatch_metric": (
+            "the sequence metrics average every row with .mean() (rollout_corr_helper.py:947-990), a row "
+            "without a valid token counted with masked_mean 0 (utils/torch_functional.py:294-308); the spec "
+            "leaves such rows out (verl's responses always have a token); masked_mean's + 1e-8 makes float64 "
+            "results float32-precise; a batch without a valid token is an AssertionError (:940).",
         ),
         "rollout_is_weights": (
             "batch_normalize divides by masked_mean, whose count carries + 1e-8 "
