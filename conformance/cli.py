@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "conformance.commands.tiny_policy",
     "conformance.commands.vectors",
     "conformance.commands.frameworks",
+    "conformance.commands.parity",
     "conformance.commands.bench",
     "conformance.commands.train",
     "conformance.commands.async_study",

@@ -13,6 +13,8 @@ in its framework's home, ``conformance/frameworks/<name>/presets.py``, which def
 - ``PRESETS``: a tuple of `Preset` (function, keywords, where it was read);
 - ``SCOPE``: the functions read, or None for all of them (outside it a function is "not read", not
   "canonical");
+- ``UNREAD`` (optional, with ``SCOPE = None``): the functions added to the spec after the home was read, "not
+  read" until someone reads them;
 - ``REQUIRED_DEFAULTS``: the framework's defaults of keywords that have no canonical default (documentation);
 - ``NOT_EXPRESSIBLE``: the default behaviours no keyword expresses, one line each (documentation).
 
@@ -123,10 +125,15 @@ def scope(framework: str) -> tuple[str, ...] | None:
     return homes()[framework].SCOPE
 
 
+def unread(framework: str) -> tuple[str, ...]:
+    """The functions added to the spec after `framework` was read in full (its ``UNREAD``; empty by default)."""
+    return tuple(getattr(homes()[framework], "UNREAD", ()))
+
+
 def version(framework: str) -> str:
     """The version `framework`'s presets were read for."""
     return homes()[framework].VERSION
 
 
 __all__ = ["FRAMEWORKS_DIR", "Preset", "homes", "presets", "presets_of", "preset_kwargs", "read_versions", "scope",
-           "unread_version_note", "version"]
+           "unread", "unread_version_note", "version"]

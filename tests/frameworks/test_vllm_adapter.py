@@ -149,3 +149,45 @@ def test_finding_top_p_splits_a_tie_at_the_cut(adapter):
     np.testing.assert_allclose(spec[0, 1], np.log(0.1), rtol=1e-12)
     spec_no_tie = oracle.sampling_logprobs(z[1:][:, None].repeat(2, axis=1), ids, m, top_p=0.85)
     np.testing.assert_allclose(got[1, 2], spec_no_tie[0, 1], rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# rlspec parity (conformance/experiments/parity.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_parity_without_the_engine_says_how_to_install_it(monkeypatch, tmp_path, capsys):
+    from conformance import cli
+    from conformance.frameworks import subprocess_worker as sw
+
+    monkeypatch.setenv("RLSPEC_FRAMEWORKS_DIR", str(tmp_path))
+    monkeypatch.delenv("RLSPEC_VLLM_PYTHON", raising=False)
+    monkeypatch.setattr(sw, "_WORKERS", {})
+    monkeypatch.setattr(sw.importlib.util, "find_spec", lambda name, *a: None)
+    assert cli.main(["parity", "--prompts", "1"]) == 2
+    assert "rlspec frameworks install vllm" in capsys.readouterr().out
+
+
+def test_parity_refuses_a_model_that_is_not_a_folder(tmp_path, capsys):
+    from conformance import cli
+
+    assert cli.main(["parity", "--model", str(tmp_path / "missing")]) == 2
+    assert "--model" in capsys.readouterr().out
+
+
+@pytest.mark.frameworks
+def test_parity_metrics_are_the_spec_metrics_of_the_differences(adapter):
+    """A float32 engine against the float32 trainer: every compared token within 1e-4, and each printed metric
+    equals the oracle's metric of the recorded differences (trainer − engine on one row of tokens)."""
+    from conformance.experiments import parity
+
+    r = parity.run_parity(model=None, engine_dtype="float32", trainer_dtype="float32",
+                          logprobs_mode="processed_logprobs", temperature=0.7, top_k=8, top_p=0.9, min_p=0.0,
+                          n_prompts=4, max_tokens=8, seed=3)
+    assert r.n_tokens + r.outside_support == 32 and r.max_abs_diff < 1e-4
+    d = np.asarray(r.deltas)[None]
+    old, roll, m = np.concatenate([[[0.0]], d], axis=1), np.zeros((1, d.size + 1)), np.ones((1, d.size + 1), bool)
+    m[0, 0] = False
+    for name in ("kl", "k3_kl", "chi2_token", "token_mult_prob_error", "logprob_abs_diff"):
+        assert r.metrics[name] == pytest.approx(oracle.mismatch_metric(old, roll, m, metric=name), rel=1e-6, abs=1e-12)
+    assert r.metrics["token_mult_prob_error"] == pytest.approx(1.0, abs=1e-4)

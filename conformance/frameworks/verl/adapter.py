@@ -181,6 +181,9 @@ class VerlAdapter(SubprocessAdapter):
         # utils/torch_functional.py:308: masked_mean divides by (n + 1e-8); rollout_corr_helper.py:628-655
         # takes the batch mean with it (token level, and each row's weight at sequence level)
         "rollout_is_weights": "batch_normalize divides by masked_mean, whose count has + 1e-8 (relative 1e-8/n)",
+        # rollout_corr_helper.py:947-1008: every metric is a masked_mean, whose count has + 1e-8
+        "mismatch_metric": "compute_offpolicy_metrics' masked_mean divides by n + 1e-8 (utils/torch_functional.py:308)",
+        "sequence_mismatch_metric": "the per-row masked_mean divides by n_b + 1e-8 (utils/torch_functional.py:308)",
         # core_algos.py:1984, :1987: exp(sum(s * m) / (n_b + 1e-8)) and sum(A * m) / (n_b + 1e-8)
         "gmpo_token_loss": "geo_mean divides the row sums by n_b + 1e-8 (core_algos.py:1984, :1987): relative ~1e-8/n_b",
         # spec v1.1 estimators: masked_whiten's mean and variance are masked_mean, (n + 1e-8) in the count

@@ -36,7 +36,8 @@ def build(folder: str | Path, *, seed: int = 0) -> Path:
 
 def forward_logits(folder: str | Path, sequences: list[list[int]], *, weights: str = "float32",
                    compute: str = "float32") -> list[np.ndarray]:
-    """The trainer's forward of each sequence (alone, no padding): logits [len, V] in float64.
+    """The trainer's forward of each sequence (alone, no padding) with the folder's causal LM (any transformers
+    ``AutoModelForCausalLM``): logits [len, V] in float64.
     ``weights="bfloat16"`` rounds the weights to bfloat16 first (what a bfloat16 engine holds);
     ``compute="bfloat16"`` runs the whole forward in bfloat16 (what a bfloat16 trainer computes)."""
     import torch
@@ -49,9 +50,9 @@ def forward_logits(folder: str | Path, sequences: list[list[int]], *, weights: s
 @lru_cache(maxsize=4)
 def _load(folder: str, weights: str, compute: str):
     import torch
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
-    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     if weights == "bfloat16" or compute == "bfloat16":
         model = model.to(torch.bfloat16)
     if compute == "float32":
