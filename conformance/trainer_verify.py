@@ -21,7 +21,8 @@ update it checks, on exactly the batch and tensors the trainer used (float32 inp
   stay in the denominator;
 - asynchronous mode (``rlspec train --async``): ``staleness`` (every row sampled with a version ``v``,
   ``0 <= step - v <= max_staleness``) and ``behav_logp`` (finite, <= 0 at valid tokens, 0 elsewhere) on
-  the first update of each step; ``is_weights`` / ``keep`` (the correction's constant weights and
+  the first update of each step; ``engine_logp`` (``--engine vllm``): the engine's behaviour log-probs
+  against ``oracle.sampling_logprobs`` of the actor's own forward of the weights that sampled them; ``is_weights`` / ``keep`` (the correction's constant weights and
   rejection mask against ``oracle.rollout_is_weights`` / ``rollout_rejection_mask`` of the recorded
   old and behaviour log-probs) and the ``loss`` / ``grad[logp]`` of the configured correction
   (``oracle.corrected_policy_loss`` or ``oracle.decoupled_ppo_token_loss``, with their ``_grad``);
@@ -46,7 +47,7 @@ import torch
 import oracle
 from conformance.runner.compare import Mismatch, compare
 from conformance.runner.rows import RowResult
-from conformance.tolerances import Tol, tolerance
+from conformance.tolerances import ENGINE_FLOAT32, Tol, tolerance
 
 EXACT = Tol(rtol=0.0, atol=0.0, reason="bitwise identity")
 # A keep / mask-out decision whose ratio lies within this relative band of a bound may go either way
@@ -452,6 +453,26 @@ class TrainerVerifier:
         if (lb[~m] != 0).any():
             problems.append("behaviour log-probs not 0 off the mask")
         self._record(step, "behav_logp", "conventions", None, where, "; ".join(problems) or None)
+        if ro.behav_check_logits is not None:
+            self._check_engine_logp(rec, where, m, lb)
+
+    def _check_engine_logp(self, rec: Any, where: str, m: np.ndarray, behav: np.ndarray) -> None:
+        """An engine's behaviour log-probs (``engine_check``) against ``oracle.sampling_logprobs`` of the
+        actor's own float32 forward of the batch (the weights that sampled it; untruncated at the temperature).
+        Tolerance: a float32 engine ``ENGINE_FLOAT32``; a bfloat16 engine twice the gap between the actor's
+        bfloat16 and float32 forwards on the same batch (as ``rlspec check --adapter vllm`` holds it)."""
+        cfg, ro = rec.config, rec.rollout
+        ids = ro.input_ids.numpy()
+        exp = oracle.sampling_logprobs(_np(ro.behav_check_logits), ids, m, temperature=cfg.temperature)
+        if cfg.actor_dtype == "bfloat16":
+            half = oracle.sampling_logprobs(_np(ro.behav_check_logits_half), ids, m, temperature=cfg.temperature)
+            gap = float(np.max(np.abs(half - exp)[m])) if m.any() else 0.0
+            tol = Tol(rtol=0.0, atol=2 * gap + 1e-5, reason=f"twice the actor's bfloat16-forward gap ({gap:.3g})")
+            note = f"bfloat16 engine: within twice the actor's own bfloat16 forward's gap (last {gap:.3g})"
+        else:
+            tol, note = ENGINE_FLOAT32, f"float32 engine: {ENGINE_FLOAT32.reason}"
+        self._record(rec.step, "engine_logp", "logprob.sampling", _compare(behav, exp, tol, "behaviour log-probs"),
+                     where, note=note)
 
     # -------------------------------------------------------------------------------------------
 

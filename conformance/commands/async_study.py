@@ -51,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, default=study_mod.DEFAULT_STEPS, help=f"steps per run [{study_mod.DEFAULT_STEPS}]")
     parser.add_argument("--actor-dtype", choices=("float32", "bfloat16"), default="float32",
                         help="precision of the rollout actors [float32]")
+    parser.add_argument("--engine", choices=("hf", "vllm"), default="hf",
+                        help="what the asynchronous runs' actors sample with [hf]; vllm needs `rlspec frameworks "
+                        "install vllm` and runs every configuration with 2 attention heads (vLLM's head size 32)")
     parser.add_argument("--behav-cap", type=float, default=None, metavar="X",
                         help="cap the behaviour weight of the decoupled configurations at X [uncapped]")
     parser.add_argument("--no-sync", action="store_true", help="leave the synchronous baseline out")
@@ -88,10 +91,14 @@ def run(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(line, file=sys.stderr, flush=True)
 
+    base = dict(QUICK) if args.quick else {}
+    if args.engine == "vllm":
+        base["num_heads"] = base.get("hidden_size", 64) // 32  # a head size of 32: vLLM's CPU attention
     try:
         study = study_mod.run_study(staleness=args.staleness, corrections=args.corrections, seeds=args.seeds,
-                                    steps=steps, actor_dtype=args.actor_dtype, base=QUICK if args.quick else None,
-                                    behav_cap=args.behav_cap, sync=not args.no_sync, progress=progress)
+                                    steps=steps, actor_dtype=args.actor_dtype, base=base or None,
+                                    behav_cap=args.behav_cap, sync=not args.no_sync, progress=progress,
+                                    engine=args.engine)
     except (MissingRay, MissingTransformers) as exc:
         print(f"rlspec async-study: {exc}", file=sys.stderr)
         return 2

@@ -168,6 +168,8 @@ def _train(args: argparse.Namespace, started_dist: bool) -> int:
             print(line, file=sys.stderr, flush=True)
 
     overrides = _config_overrides(args)
+    if args.verify and overrides.get("engine") == "vllm":
+        overrides["engine_check"] = True  # the actors return their own forward: --verify checks the engine's log-probs
     verifier = TrainerVerifier() if args.verify else None
     hook: Any = verifier
     if args.trace:
@@ -180,6 +182,8 @@ def _train(args: argparse.Namespace, started_dist: bool) -> int:
             if args.out:
                 overrides["out_dir"] = args.out
             saved = TrainConfig.from_dict(load_checkpoint_config(args.resume))
+            if args.verify and overrides.get("engine", saved.engine) == "vllm":
+                overrides["engine_check"] = True
             trainer = _trainer_class(saved).resume(args.resume, overrides=overrides, on_step=hook,
                                                    progress=not args.no_progress, log=log, **_async_kwargs(saved, args))
             log(f"[train] resumed {trainer._resumed_from} at step {trainer.step}")
@@ -196,7 +200,7 @@ def _train(args: argparse.Namespace, started_dist: bool) -> int:
             f"{cfg.group_size} samples per step, {cfg.epochs} epoch(s) x {cfg.num_minibatches} minibatch(es) x "
             f"{cfg.grad_accum} micro-batch(es), world size {trainer.world}, device {trainer.device}; out {cfg.out_dir}")
         if cfg.asynchronous:
-            log(f"[train] asynchronous: {cfg.num_actors} Ray rollout actor(s) in {cfg.actor_dtype}, max staleness "
+            log(f"[train] asynchronous: {cfg.num_actors} Ray rollout actor(s) ({cfg.engine}) in {cfg.actor_dtype}, max staleness "
                 f"{cfg.max_staleness}, correction {cfg.correction}")
         summary = trainer.train()
     except VerificationError as exc:
@@ -237,7 +241,14 @@ def _trainer_class(cfg: Any) -> type:
 def _async_kwargs(cfg: Any, args: argparse.Namespace) -> dict[str, Any]:
     if args.ray_address and not cfg.asynchronous:
         raise ValueError("--ray-address: only with --async")
-    return {"ray_address": args.ray_address} if cfg.asynchronous else {}
+    if not cfg.asynchronous:
+        return {}
+    kwargs: dict[str, Any] = {"ray_address": args.ray_address}
+    if cfg.engine == "vllm":
+        from conformance.frameworks.vllm.rollout import VllmRolloutWorker
+
+        kwargs["rollout_worker"] = VllmRolloutWorker
+    return kwargs
 
 
 def load_checkpoint_config(path: str) -> dict[str, Any]:

@@ -36,7 +36,8 @@ DEFAULT_STEPS = 400
 TARGET = 0.9
 PER_RUN_KEYS = ("final_reward", "final_accuracy", "final_kl_ref", "steps_to_target", "seconds_to_target",
                 "samples_per_s", "learner_idle_frac", "staleness_mean", "log_rho_abs_mean", "is_clipped_frac",
-                "behav_capped_frac", "wall_s")
+                "behav_capped_frac", "mismatch_k3_kl", "mismatch_chi2_token", "mismatch_token_mult_prob_error",
+                "wall_s")
 
 
 def configurations(staleness: Sequence[int], corrections: Sequence[str], *, behav_cap: float | None = None,
@@ -53,22 +54,28 @@ def configurations(staleness: Sequence[int], corrections: Sequence[str], *, beha
     return out
 
 
-def _one_run(conf: dict[str, Any], seed: int, steps: int, actor_dtype: str, base: dict[str, Any]) -> dict[str, Any]:
+def _one_run(conf: dict[str, Any], seed: int, steps: int, actor_dtype: str, base: dict[str, Any],
+             engine: str = "hf") -> dict[str, Any]:
     from refimpl.trainer import TrainConfig, Trainer
     from refimpl.trainer.async_trainer import AsyncTrainer
 
     kw = dict(base, seed=seed, steps=steps, checkpoint_every=0, target_reward=TARGET)
+    extra: dict[str, Any] = {}
     if conf["asynchronous"]:
         kw.update(asynchronous=True, max_staleness=conf["max_staleness"], correction=conf["correction"],
-                  behav_cap=conf.get("behav_cap"), actor_dtype=actor_dtype, actor_threads=1)
+                  behav_cap=conf.get("behav_cap"), actor_dtype=actor_dtype, actor_threads=1, engine=engine)
         threads, cls = 1, AsyncTrainer
+        if engine == "vllm":
+            from conformance.frameworks.vllm.rollout import VllmRolloutWorker
+
+            extra["rollout_worker"] = VllmRolloutWorker
     else:
         threads, cls = 2, Trainer
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     t0 = time.perf_counter()
     try:
-        trainer = cls(TrainConfig(**kw))
+        trainer = cls(TrainConfig(**kw), **extra)
         summary = trainer.train()
     finally:
         torch.set_num_threads(before)
@@ -92,6 +99,9 @@ def _one_run(conf: dict[str, Any], seed: int, steps: int, actor_dtype: str, base
         "log_rho_abs_mean": mean("log_rho_abs_mean"),
         "is_clipped_frac": mean("is_clipped_frac"),
         "behav_capped_frac": mean("behav_capped_frac"),
+        "mismatch_k3_kl": mean("mismatch_k3_kl"),
+        "mismatch_chi2_token": mean("mismatch_chi2_token"),
+        "mismatch_token_mult_prob_error": mean("mismatch_token_mult_prob_error"),
         "wall_s": time.perf_counter() - t0,
         "reward_curve": [round(float(r["reward_mean"]), 4) for r in hist],
     }
@@ -113,7 +123,7 @@ def _aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def run_study(*, staleness: Sequence[int] = DEFAULT_STALENESS, corrections: Sequence[str] = DEFAULT_CORRECTIONS,
               seeds: Sequence[int] = DEFAULT_SEEDS, steps: int = DEFAULT_STEPS, actor_dtype: str = "float32",
               base: dict[str, Any] | None = None, behav_cap: float | None = None, sync: bool = True,
-              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+              progress: Callable[[str], None] | None = None, engine: str = "hf") -> dict[str, Any]:
     """Run every configuration for every seed (one local Ray cluster for all asynchronous runs)."""
     from refimpl.trainer.actors import require_ray
 
@@ -131,7 +141,7 @@ def run_study(*, staleness: Sequence[int] = DEFAULT_STALENESS, corrections: Sequ
         for conf in confs:
             runs = []
             for seed in seeds:
-                r = _one_run(conf, seed, steps, actor_dtype, base)
+                r = _one_run(conf, seed, steps, actor_dtype, base, engine)
                 runs.append(r)
                 if progress:
                     at = "not reached" if r["steps_to_target"] is None else f"step {r['steps_to_target']}"
@@ -144,7 +154,8 @@ def run_study(*, staleness: Sequence[int] = DEFAULT_STALENESS, corrections: Sequ
     return {
         "task": "reverse 3 digits, tiny random-weight Llama (defaults of rlspec train)",
         "algo": "grpo", "loss": "ppo", "target_reward": TARGET, "steps": steps, "seeds": list(seeds),
-        "actor_dtype": actor_dtype, "behav_cap": behav_cap, "base_overrides": base, "torch": torch.__version__,
+        "actor_dtype": actor_dtype, "engine": engine, "behav_cap": behav_cap, "base_overrides": base,
+        "torch": torch.__version__,
         "threads": {"sync": 2, "async_learner": 1, "async_actor": 1},
         "seconds": round(time.perf_counter() - t0, 1),
         "configurations": results,
@@ -163,10 +174,13 @@ def render_table(study: dict[str, Any]) -> str:
     """A Markdown table of the study (one row per configuration)."""
     n = len(study["seeds"])
     capped = study.get("behav_cap") is not None
+    # the metric.mismatch columns (studies recorded before they existed have none)
+    mismatch = all("mismatch_k3_kl" in c["summary"] for c in study["configurations"])
     lines = [
         f"| configuration | final reward | reached {study['target_reward']} | steps to target | seconds to target | "
-        "samples/s | learner idle | staleness | mean abs log rho | TIS clipped |" + (" behav capped |" if capped else ""),
-        "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if capped else ""),
+        "samples/s | learner idle | staleness | mean abs log rho | TIS clipped |" + (" behav capped |" if capped else "")
+        + (" k3 KL (old ‖ behav) | token mult. prob. error |" if mismatch else ""),
+        "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if capped else "") + ("---|---|" if mismatch else ""),
     ]
     for c in study["configurations"]:
         s = c["summary"]
@@ -175,6 +189,7 @@ def render_table(study: dict[str, Any]) -> str:
             f"{_fmt(s['seconds_to_target'], 1)} | {_fmt(s['samples_per_s'], 0)} | {_fmt(s['learner_idle_frac'], 2)} | "
             f"{_fmt(s['staleness_mean'], 2)} | {_fmt(s['log_rho_abs_mean'], 4)} | {_fmt(s['is_clipped_frac'], 4)} |"
             + (f" {_fmt(s['behav_capped_frac'], 4)} |" if capped else "")
+            + (f" {_fmt(s['mismatch_k3_kl'], 5)} | {_fmt(s['mismatch_token_mult_prob_error'], 4)} |" if mismatch else "")
         )
     return "\n".join(lines)
 

@@ -105,7 +105,7 @@ class RolloutPipeline:
     """The learner's handle on the actors: ``publish`` weights, ``take`` the batch of a step."""
 
     def __init__(self, cfg: TrainConfig, lm: torch.nn.Module, *, version: int, total_steps: int,
-                 ray_address: str | None = None) -> None:
+                 ray_address: str | None = None, worker_cls: type | None = None) -> None:
         ray = require_ray()
         self.ray = ray
         self.cfg = cfg
@@ -124,7 +124,9 @@ class RolloutPipeline:
         self.store = ray.remote(num_cpus=0)(WeightStore).remote()
         self.publish(version, lm)
         cpu_lm = _cpu_copy(lm)
-        worker = ray.remote(num_cpus=1)(RolloutWorker)
+        # the actor class: RolloutWorker (transformers) or another engine's with its constructor and methods
+        # (conformance/frameworks/vllm/rollout.py::VllmRolloutWorker)
+        worker = ray.remote(num_cpus=1)(worker_cls or RolloutWorker)
         self.actors = [worker.remote(cfg.to_dict(), cpu_lm, self.store, i) for i in range(cfg.num_actors)]
         ray.get([a.ready.remote() for a in self.actors])
         self.version = version
@@ -153,11 +155,15 @@ class RolloutPipeline:
         B = out["input_ids"].shape[0]
         tensors = {k: out[k].to(device) for k in ("input_ids", "attention_mask", "position_ids", "mask", "rewards",
                                                   "correct", "completion_lengths", "truncated", "behav_logp")}
+        for k in ("behav_check_logits", "behav_check_logits_half"):  # engine_check
+            if out.get(k) is not None:
+                tensors[k] = out[k].to(device)
         batch = Batch(prompt_width=out["prompt_width"], behav_version=torch.full((B,), out["version"], dtype=torch.long,
                                                                                   device=device), **tensors)
         staleness = step - out["version"]
-        return batch, {"behav_version": out["version"], "staleness": staleness, "actor": out["actor"],
-                       "gen_s": out["gen_s"]}
+        info = {"behav_version": out["version"], "staleness": staleness, "actor": out["actor"], "gen_s": out["gen_s"]}
+        info.update(out.get("timings", {}))  # an engine's own timings (weight sync, engine start)
+        return batch, info
 
     def close(self) -> None:
         """Stop the actors (in-flight batches are discarded) and the Ray cluster this pipeline started."""

@@ -34,9 +34,12 @@ class AsyncTrainer(Trainer):
     """:class:`Trainer` with its batches sampled by Ray actors (``config.asynchronous`` must be True).
 
     ``ray_address``: None starts a private local Ray cluster for the run; ``"auto"`` (or an address)
-    joins a running one, whose nodes then host the actors."""
+    joins a running one, whose nodes then host the actors. ``rollout_worker``: the actor class (default
+    :class:`~refimpl.trainer.actors.RolloutWorker`, transformers); another engine's class takes the same
+    constructor ``(config_dict, lm, store, index)`` and methods ``ready()`` and ``rollout(step)``."""
 
-    def __init__(self, config: Any, *, ray_address: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, config: Any, *, ray_address: str | None = None, rollout_worker: type | None = None,
+                 **kwargs: Any) -> None:
         if not config.asynchronous:
             raise ValueError("AsyncTrainer: config.asynchronous: expected True (use Trainer for synchronous runs)")
         super().__init__(config, **kwargs)
@@ -44,6 +47,7 @@ class AsyncTrainer(Trainer):
             raise ValueError(f"AsyncTrainer: one learner process only, got a world of {self.world} (torchrun); "
                              "scale the sampling with num_actors instead")
         self.ray_address = ray_address
+        self.rollout_worker = rollout_worker
         self.pipeline: RolloutPipeline | None = None
         self.staleness_counts: Counter[int] = Counter()
 
@@ -52,7 +56,7 @@ class AsyncTrainer(Trainer):
         if stop_after is not None:
             total = min(total, self.step + stop_after)
         self.pipeline = RolloutPipeline(self.cfg, self.policy.lm, version=self.step, total_steps=total,
-                                        ray_address=self.ray_address)
+                                        ray_address=self.ray_address, worker_cls=self.rollout_worker)
         try:
             return super().train(steps, stop_after=stop_after)
         finally:

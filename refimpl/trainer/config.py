@@ -24,6 +24,9 @@ TASKS = ("reverse", "sort", "copy")
 # Asynchronous mode: the learner's correction of the actors' (stale, other-precision) samples.
 CORRECTIONS = ("none", "tis_token", "tis_sequence", "mis_token", "rejection", "decoupled")
 ACTOR_DTYPES = ("float32", "bfloat16")
+ENGINES = ("hf", "vllm")
+# vLLM 0.32.0 CPU attention (v1/attention/backends/cpu_attn.py:69-70 get_supported_head_sizes)
+VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 # Per-loss clip defaults when eps_low / eps_high are None (the spec's canonical defaults).
 LOSS_CLIP_DEFAULTS: dict[str, tuple[float | None, float]] = {
@@ -164,6 +167,15 @@ class TrainConfig:
     (rho = pi_old / pi_behav != 1 even at staleness 0), as a vLLM/trainer pair does."""
     actor_threads: int = 1
     """torch threads of each actor process."""
+    engine: str = "hf"
+    """What the rollout actors sample with: "hf" (a transformers copy of the policy, ``model.generate``) or
+    "vllm" (a vLLM engine per actor, from ``rlspec frameworks install vllm``; weights synced into the running
+    engine after every update, behaviour log-probs from vLLM's processed_logprobs). vLLM needs a head size
+    hidden_size / num_heads of 32, 64, 80, ... (e.g. --num-heads 2)."""
+    engine_check: bool = False
+    """The actors also return their own transformers forward of each batch (float32 and bfloat16 logits), so
+    that ``--verify`` checks the engine's behaviour log-probs against logprob.sampling of the actor's weights
+    (``rlspec train --verify`` sets it with engine "vllm")."""
     correction: str = "none"
     """The learner's off-policy correction (spec v1.1): "none" (PPO against the recomputed old
     log-probs, behaviour log-probs ignored), "tis_token" / "tis_sequence" (truncated importance
@@ -201,6 +213,7 @@ class TrainConfig:
         _choice("task", c.task, TASKS)
         _choice("correction", c.correction, CORRECTIONS)
         _choice("actor_dtype", c.actor_dtype, ACTOR_DTYPES)
+        _choice("engine", c.engine, ENGINES)
         _choice("rejection_level", c.rejection_level, REJECTION_LEVELS)
         low, high = LOSS_CLIP_DEFAULTS[c.loss]
         if c.eps_low is None:
@@ -232,6 +245,13 @@ class TrainConfig:
             raise ValueError(f"TrainConfig: correction={c.correction!r}, actor_dtype={c.actor_dtype!r}: only for the "
                              "asynchronous mode (asynchronous=True, rlspec train --async); the synchronous trainer "
                              "samples with the learner's own weights")
+        if c.engine != "hf" and not c.asynchronous:
+            raise ValueError(f"TrainConfig: engine: {c.engine!r} samples in the asynchronous mode's rollout actors "
+                             "(asynchronous=True, rlspec train --async); the synchronous trainer samples with its own weights")
+        if c.engine == "vllm" and (c.hidden_size % c.num_heads or c.hidden_size // c.num_heads not in VLLM_HEAD_SIZES):
+            raise ValueError(f"TrainConfig: num_heads: engine 'vllm' needs a head size hidden_size / num_heads in "
+                             f"{VLLM_HEAD_SIZES} (vLLM's CPU attention), got {c.hidden_size} / {c.num_heads}; "
+                             f"e.g. num_heads {max(1, c.hidden_size // 32)}")
         if c.correction != "none" and c.loss != "ppo":
             raise ValueError(f"TrainConfig: correction: {c.correction!r} corrects the clipped PPO term "
                              f"(corrected_policy_loss, decoupled_ppo_token_loss); needs loss 'ppo', got {c.loss!r}")

@@ -95,7 +95,8 @@ def correction_stats(cfg: TrainConfig, old_logp: torch.Tensor, behav_logp: torch
     """Per-step statistics of ρ = π_old/π_behav over the valid tokens, and what the correction did:
     ``is_weight_mean``, ``is_clipped_frac`` (tokens whose weight differs from their unclipped ρ statistic),
     ``rejected_frac`` (valid tokens a rejection dropped), ``behav_capped_frac`` (decoupled: tokens whose
-    behaviour weight is above ``behav_cap``)."""
+    behaviour weight is above ``behav_cap``), and the ``metric.mismatch`` metrics ``mismatch_<name>`` (kl, k3_kl,
+    chi2_token, token_mult_prob_error, log_ppl_abs_diff, chi2_seq)."""
     m = mask.bool()
     n = max(int(m.sum()), 1)
     d = torch.where(m, old_logp.double() - behav_logp.double(), torch.zeros((), dtype=torch.float64))
@@ -107,6 +108,12 @@ def correction_stats(cfg: TrainConfig, old_logp: torch.Tensor, behav_logp: torch
         "log_rho_abs_mean": float(d.abs()[m].mean()) if m.any() else 0.0,
         "is_weight_mean": 1.0, "is_clipped_frac": 0.0, "rejected_frac": 0.0, "behav_capped_frac": 0.0,
     }
+    # the engine-trainer mismatch metrics of spec metric.mismatch (verl's rollout_corr/*, NeMo-RL's
+    # token_mult_prob_error), of the recomputed old log-probs against the behaviour ones
+    for name in ("kl", "k3_kl", "chi2_token", "token_mult_prob_error"):
+        out[f"mismatch_{name}"] = float(refimpl.mismatch_metric(old_logp, behav_logp, m, metric=name))
+    for name in ("log_ppl_abs_diff", "chi2_seq"):
+        out[f"mismatch_{name}"] = float(refimpl.sequence_mismatch_metric(old_logp, behav_logp, m, metric=name))
     if correction is not None:
         w = correction.is_weights
         out["is_weight_mean"] = float(w[m].double().mean()) if m.any() else 1.0

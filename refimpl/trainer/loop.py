@@ -108,6 +108,8 @@ class RolloutRecord:
     returns: torch.Tensor | None = None
     behav_logp: torch.Tensor | None = None  # asynchronous mode: log-probs recorded by the actor
     behav_version: torch.Tensor | None = None  # [B] the weights version that sampled each row
+    behav_check_logits: torch.Tensor | None = None  # engine_check: the actor's float32 forward of the batch [B, T, V]
+    behav_check_logits_half: torch.Tensor | None = None  # ... and its bfloat16 forward
     is_weights: torch.Tensor | None = None
     keep: torch.Tensor | None = None
     # when the hook wants hidden states: the forwards that produced old_logp and ref_logp, and their LM heads
@@ -436,7 +438,9 @@ class Trainer:
                 ref_logp=_cpu(batch.ref_logp), advantages=_cpu(batch.advantages), old_values=_cpu(batch.old_values),
                 token_rewards=_cpu(g.token_rewards) if g else None, advantages_raw=_cpu(g.advantages_raw) if g else None,
                 returns=_cpu(g.returns) if g else None, behav_logp=_cpu(batch.behav_logp),
-                behav_version=_cpu(batch.behav_version), is_weights=_cpu(batch.is_weights), keep=_cpu(batch.keep),
+                behav_version=_cpu(batch.behav_version), behav_check_logits=_cpu(batch.behav_check_logits),
+                behav_check_logits_half=_cpu(batch.behav_check_logits_half), is_weights=_cpu(batch.is_weights),
+                keep=_cpu(batch.keep),
                 **(self._scored or {}),
             )
 

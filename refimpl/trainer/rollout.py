@@ -37,6 +37,10 @@ class Batch:
     # asynchronous mode: recorded by the rollout actor at sampling time
     behav_logp: torch.Tensor | None = None  # [B, T] float32 log pi_behav(x_t) of the sampled tokens, 0 off the mask
     behav_version: torch.Tensor | None = None  # [B] long: the weights version that sampled each row
+    # engine_check: the actor's own transformers forward of the batch ([B, T, V] float32 logits, float32 and
+    # bfloat16 weights), against which --verify checks behav_logp
+    behav_check_logits: torch.Tensor | None = None
+    behav_check_logits_half: torch.Tensor | None = None
     # filled in by the trainer
     old_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
@@ -75,6 +79,20 @@ def sample_prompts(task: DigitTask, seed: int, step: int, n_global: int) -> list
     return task.sample_prompts(n_global, rng)
 
 
+def prompt_tensors(task: DigitTask, prompts: list[list[int]], group_size: int,
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each prompt left-padded to the task's prompt width and repeated ``group_size`` times: the ids and the
+    attention mask, [len(prompts) * group_size, prompt_width] long."""
+    P = task.prompt_width
+    prompt = torch.full((len(prompts), P), PAD_ID, dtype=torch.long)
+    prompt_att = torch.zeros((len(prompts), P), dtype=torch.long)
+    for i, digits in enumerate(prompts):
+        ids = task.prompt_ids(digits)
+        prompt[i, P - len(ids):] = torch.tensor(ids)
+        prompt_att[i, P - len(ids):] = 1
+    return prompt.repeat_interleave(group_size, dim=0).to(device), prompt_att.repeat_interleave(group_size, dim=0).to(device)
+
+
 @torch.no_grad()
 def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, group_size: int,
              temperature: float, max_new_tokens: int, seed: int, device: torch.device,
@@ -88,14 +106,7 @@ def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, 
 
     P = task.prompt_width
     n = len(prompts) * group_size
-    prompt = torch.full((len(prompts), P), PAD_ID, dtype=torch.long)
-    prompt_att = torch.zeros((len(prompts), P), dtype=torch.long)
-    for i, digits in enumerate(prompts):
-        ids = task.prompt_ids(digits)
-        prompt[i, P - len(ids):] = torch.tensor(ids)
-        prompt_att[i, P - len(ids):] = 1
-    prompt = prompt.repeat_interleave(group_size, dim=0).to(device)
-    prompt_att = prompt_att.repeat_interleave(group_size, dim=0).to(device)
+    prompt, prompt_att = prompt_tensors(task, prompts, group_size, device)
     gen_config = GenerationConfig(
         do_sample=True, temperature=float(temperature), **UNTRUNCATED, typical_p=1.0,
         max_new_tokens=int(max_new_tokens), min_new_tokens=0,
@@ -111,22 +122,39 @@ def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, 
     completion = torch.full((n, max_new_tokens), PAD_ID, dtype=torch.long, device=device)
     gen = out[:, P:]
     completion[:, : gen.shape[1]] = gen
-    # valid = through the first EOS; generate pads finished rows, whatever token ids were sampled before
+    behav = None
+    if step_logits is not None:  # decoding step j predicted completion token j
+        behav = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=device)
+        for j, logits in enumerate(step_logits):
+            lp = torch.log_softmax(logits.float() / float(temperature), dim=-1)
+            behav[:, j] = lp.gather(1, completion[:, j:j + 1]).squeeze(1)
+    return layout_batch(task, prompts, group_size, completion, behav, device=device)
+
+
+def layout_batch(task: DigitTask, prompts: list[list[int]], group_size: int, completion: torch.Tensor,
+                 behav: torch.Tensor | None, *, device: torch.device) -> Batch:
+    """The :class:`Batch` of ``group_size`` completions per prompt: ``completion`` [n, max_new_tokens] holds
+    each row's sampled tokens (rows ``i*group_size ...`` belong to prompt ``i``; anything after the first EOS is
+    ignored and becomes padding), ``behav`` [n, max_new_tokens] the behaviour log-prob of each sampled token (or
+    None). Prompts are left-padded to the task's prompt width; the loss mask covers the completion through its
+    first EOS; rewards come from the task's verifier."""
+    P = task.prompt_width
+    n, max_new_tokens = completion.shape
+    prompt, prompt_att = prompt_tensors(task, prompts, group_size, device)
+    # valid = through the first EOS; whatever follows it is padding
     is_eos = completion == EOS_ID
     has_eos = is_eos.any(dim=1)
-    first_eos = torch.where(has_eos, is_eos.int().argmax(dim=1), torch.full_like(has_eos, gen.shape[1] - 1, dtype=torch.long))
+    first_eos = torch.where(has_eos, is_eos.int().argmax(dim=1), torch.full_like(has_eos, max_new_tokens - 1, dtype=torch.long))
     cols = torch.arange(max_new_tokens, device=device).unsqueeze(0)
     comp_valid = cols <= first_eos.unsqueeze(1)
+    completion = torch.where(comp_valid, completion, torch.full_like(completion, PAD_ID))
     input_ids = torch.cat([prompt, completion], dim=1)
     attention_mask = torch.cat([prompt_att, comp_valid.long()], dim=1)
     mask = torch.cat([torch.zeros_like(prompt, dtype=torch.bool), comp_valid], dim=1)
-    behav = None
-    if step_logits is not None:  # decoding step j predicted completion token j
-        behav = torch.zeros((n, P + max_new_tokens), dtype=torch.float32, device=device)
-        for j, logits in enumerate(step_logits):
-            lp = torch.log_softmax(logits.float() / float(temperature), dim=-1)
-            behav[:, P + j] = lp.gather(1, completion[:, j:j + 1]).squeeze(1)
-        behav = torch.where(mask, behav, torch.zeros_like(behav))
+    behav_logp = None
+    if behav is not None:
+        behav_logp = torch.cat([torch.zeros((n, P), dtype=torch.float32, device=device), behav.float()], dim=1)
+        behav_logp = torch.where(mask, behav_logp, torch.zeros_like(behav_logp))
     rewards, correct = [], []
     comp_cpu, valid_cpu = completion.cpu(), comp_valid.cpu()
     for i in range(n):
@@ -145,8 +173,8 @@ def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, 
         completion_lengths=comp_valid.sum(dim=1),
         truncated=~has_eos,
         prompt_width=P,
-        behav_logp=behav,
+        behav_logp=behav_logp,
     )
 
 
-__all__ = ["Batch", "generate", "sample_prompts", "derived_seed"]
+__all__ = ["Batch", "generate", "layout_batch", "sample_prompts", "derived_seed"]

@@ -44,13 +44,18 @@ class VllmAdapter(SubprocessAdapter):
 
     def generate(self, model: str, prompts: list[list[int]], *, dtype: str, logprobs_mode: str, max_tokens: int,
                  temperature: float, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
-                 seed: int = 0) -> dict[str, Any]:
+                 seed: int = 0, stop_token_ids: list[int] | None = None, weights_version: int = 0,
+                 max_model_len: int = 64) -> dict[str, Any]:
         """``max_tokens`` tokens from each prompt (token ids) with one ``SamplingParams`` each (request ``i``
         seeded ``seed + i``) on the engine for ``(model, dtype, logprobs_mode)``: ``token_ids`` [N, max_tokens],
         ``logprobs`` (what vLLM reports for each sampled token), ``prompt_logprobs`` [N, P] (0 in column 0 and
         past a prompt's end), ``logits`` ([N, max_tokens, V], ``raw_logits`` mode only: the engine's own logits
         at every step), ``start_s`` (engine start-up, when this call started it) and ``generate_s``.
-        ``top_k = 0`` is no top-k (vLLM's ``-1``)."""
+        ``top_k = 0`` is no top-k (vLLM's ``-1``). With ``stop_token_ids`` a request ends at the first of them
+        (included; ``lengths`` [N] says where each ends, 0 after), without them every one has ``max_tokens``.
+        ``weights_version``: the version of the weights in the folder (after ``reload_weights``), so that the
+        worker's answer cache never hands back another version's tokens. ``max_model_len``: the engine's
+        longest sequence (prompt + completion), an engine setting like the dtype."""
         fn = "vllm.generate"
         io.choice(fn, "dtype", dtype, self.dtypes)
         io.choice(fn, "logprobs_mode", logprobs_mode, MODES)
@@ -60,8 +65,20 @@ class VllmAdapter(SubprocessAdapter):
                   "prompts": [[int(t) for t in p] for p in prompts], "max_tokens": int(max_tokens),
                   "temperature": float(temperature), "top_k": int(top_k) if top_k else -1, "top_p": float(top_p),
                   "min_p": float(min_p), "seed": int(seed)}
+        if stop_token_ids is not None:
+            params["stop_token_ids"] = [int(t) for t in stop_token_ids]
+        if weights_version:
+            params["weights_version"] = int(weights_version)
+        if max_model_len != 64:
+            params["max_model_len"] = int(max_model_len)
         out = self._worker.call("generate", {}, params)["outputs"]
-        return {k: (np.asarray(v) if k in ("token_ids", "logprobs", "prompt_logprobs", "logits") else float(v)) for k, v in out.items()}
+        return {k: (np.asarray(v) if k in ("token_ids", "lengths", "logprobs", "prompt_logprobs", "logits") else float(v)) for k, v in out.items()}
+
+    def reload_weights(self, model: str, weights_version: int) -> float:
+        """Load the weights now in the folder ``model`` (version ``weights_version``) into the running engine
+        started on it: the seconds it took."""
+        return float(self._worker.call("reload_weights", {}, {"model": str(model), "weights_version": int(weights_version)})
+                     ["outputs"]["reload_s"])
 
     def top_k_top_p(self, logits: Any, *, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
         """vLLM's CPU top-k/top-p cut on given ``logits`` [N, V] and the ``processed_logprobs`` log-softmax of
