@@ -306,6 +306,7 @@ def async_study_table(name: str) -> Callable[[], str]:
 GENERATORS: dict[str, Callable[[], str]] = {
     "async-study": async_study_table("async_study"),
     "async-study-capped": async_study_table("async_study_capped"),
+    "async-study-vllm": async_study_table("async_study_vllm"),
     "bench-cpu": bench_table("cpu"),
     "bench-gpu": bench_table("gpu"),
     "frameworks": frameworks_table,

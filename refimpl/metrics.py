@@ -5,10 +5,9 @@ from __future__ import annotations
 import torch
 
 from refimpl.policy_losses import _ppo_inputs
-from refimpl.masking import capped_exp_arg, masked, masked_output
-from refimpl.validation import (
-    check_choice, check_finite, check_mask, check_optional_real, check_token_array, compute_dtypes,
-)
+from refimpl.masking import capped_exp_arg, masked_output
+from refimpl.offpolicy import _rollout_inputs
+from refimpl.validation import check_choice, check_optional_real
 
 __all__ = ["ppo_clipped_mask", "mismatch_metric", "sequence_mismatch_metric"]
 
@@ -42,15 +41,11 @@ def ppo_clipped_mask(
 
 
 def _mismatch_inputs(fn: str, old_logp: object, rollout_logp: object, mask: object, log_ratio_clamp: object):
-    """(mask, output dtype, δ in float64 with exact zeros at masked positions, the clamp)."""
-    m = check_mask(fn, mask)
-    old = check_token_array(fn, "old_logp", old_logp, m)
-    roll = check_token_array(fn, "rollout_logp", rollout_logp, m)
+    """(mask, output dtype, δ in float64 with exact zeros at masked positions, the clamp): the inputs of the
+    rollout corrections (refimpl.offpolicy), δ widened for the batch's one number."""
+    m, out_dtype, d = _rollout_inputs(fn, old_logp, rollout_logp, mask)
     c = check_optional_real(fn, "log_ratio_clamp", log_ratio_clamp, gt=0.0)
-    out_dtype, _ = compute_dtypes(old, roll)
-    o, r = masked(old, m, torch.float64), masked(roll, m, torch.float64)
-    check_finite(fn, ("old_logp", old, m, o), ("rollout_logp", roll, m, r))
-    return m, out_dtype, o - r, c
+    return m, out_dtype, d.to(torch.float64), c
 
 
 @torch.no_grad()

@@ -179,7 +179,7 @@ def render_table(study: dict[str, Any]) -> str:
     lines = [
         f"| configuration | final reward | reached {study['target_reward']} | steps to target | seconds to target | "
         "samples/s | learner idle | staleness | mean abs log rho | TIS clipped |" + (" behav capped |" if capped else "")
-        + (" k3 KL (old ‖ behav) | token mult. prob. error |" if mismatch else ""),
+        + (" k3 KL(π_behav ‖ π_old) | token mult. prob. error |" if mismatch else ""),
         "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if capped else "") + ("---|---|" if mismatch else ""),
     ]
     for c in study["configurations"]:
@@ -239,7 +239,7 @@ def plot_study(study: dict[str, Any], path: str) -> None:
     what = "synchronous vs asynchronous" if sync is not None else "asynchronous"
     cap = f", behaviour weight capped at {study['behav_cap']:g}" if study.get("behav_cap") is not None else ""
     fig.suptitle(f"rlspec async-study: {what} (max staleness S) GRPO on the digit task{cap}, "
-                 f"{study['actor_dtype']} actors, seeds {study['seeds']}", fontsize=10)
+                 f"{study['actor_dtype']} {'' if study.get('engine', 'hf') == 'hf' else study['engine'] + ' '}actors, seeds {study['seeds']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -25,6 +25,7 @@ TASKS = ("reverse", "sort", "copy")
 CORRECTIONS = ("none", "tis_token", "tis_sequence", "mis_token", "rejection", "decoupled")
 ACTOR_DTYPES = ("float32", "bfloat16")
 ENGINES = ("hf", "vllm")
+ENGINE_LOGPROBS = ("processed_logprobs", "raw_logprobs")
 # vLLM 0.32.0 CPU attention (v1/attention/backends/cpu_attn.py:69-70 get_supported_head_sizes)
 VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
@@ -172,6 +173,10 @@ class TrainConfig:
     "vllm" (a vLLM engine per actor, from ``rlspec frameworks install vllm``; weights synced into the running
     engine after every update, behaviour log-probs from vLLM's processed_logprobs). vLLM needs a head size
     hidden_size / num_heads of 32, 64, 80, ... (e.g. --num-heads 2)."""
+    engine_logprobs: str = "processed_logprobs"
+    """Which log-probs the vLLM engine reports as behaviour log-probs: "processed_logprobs" (under the tempered
+    distribution each token was drawn from: logprob.sampling) or "raw_logprobs" (vLLM's default: the untempered
+    log-softmax, the wrong behaviour log-probs at temperature != 1; --verify's engine_logp check fails on them)."""
     engine_check: bool = False
     """The actors also return their own transformers forward of each batch (float32 and bfloat16 logits), so
     that ``--verify`` checks the engine's behaviour log-probs against logprob.sampling of the actor's weights
@@ -214,6 +219,7 @@ class TrainConfig:
         _choice("correction", c.correction, CORRECTIONS)
         _choice("actor_dtype", c.actor_dtype, ACTOR_DTYPES)
         _choice("engine", c.engine, ENGINES)
+        _choice("engine_logprobs", c.engine_logprobs, ENGINE_LOGPROBS)
         _choice("rejection_level", c.rejection_level, REJECTION_LEVELS)
         low, high = LOSS_CLIP_DEFAULTS[c.loss]
         if c.eps_low is None:

@@ -104,3 +104,17 @@ def test_cli_async_vllm_verify(tmp_path, dtype, correction):
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps[0]["engine_start_s"] > 0 and any("weight_reload_s" in s for s in steps)
     assert (out / "engine" / "actor0" / "model.safetensors").exists()
+
+
+@pytest.mark.frameworks
+@needs_vllm
+def test_cli_verify_catches_an_engine_reporting_raw_logprobs(tmp_path):
+    """vLLM's default raw_logprobs at temperature 0.7 (finding raw-logprobs-ignore-temperature) as behaviour
+    log-probs: --verify stops at the first step with the engine_logp check (logprob.sampling)."""
+    pytest.importorskip("ray")
+    cmd = [sys.executable, "-m", "conformance.cli", "train", "--async", "--engine", "vllm", "--num-heads", "2",
+           "--engine-logprobs", "raw_logprobs", "--temperature", "0.7", "--verify", "--steps", "2",
+           "--prompts-per-step", "4", "--group-size", "4", "--no-progress", "--out", str(tmp_path / "run")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert "engine_logp (logprob.sampling)" in proc.stderr + proc.stdout, proc.stderr[-3000:]

@@ -10,7 +10,8 @@ read it (``LLM.collective_rpc("reload_weights")``, no restart); ``timings`` repo
 Sampling: the step's prompts (the synchronous trainer's), ``group_size`` requests each, seeded from the step,
 temperature ``cfg.temperature`` without truncation, ending at EOS; the behaviour log-probs are vLLM's
 ``processed_logprobs`` (the log-prob under the distribution each token was drawn from, in the engine's dtype
-``actor_dtype``). With ``engine_check`` the actor also returns its own transformers forward of the batch (float32,
+``actor_dtype``), or with ``engine_logprobs="raw_logprobs"`` vLLM's default raw ones (untempered: wrong at T != 1,
+which ``--verify`` reports). With ``engine_check`` the actor also returns its own transformers forward of the batch (float32,
 and bfloat16), from which ``--verify`` checks those log-probs against ``logprob.sampling``.
 """
 
@@ -79,7 +80,7 @@ class VllmRolloutWorker:
         prompts = sample_prompts(self.task, cfg.seed, step, cfg.prompts_per_step)
         requests = [self.task.prompt_ids(d) for d in prompts for _ in range(cfg.group_size)]
         seed = derived_seed(cfg.seed, step, 0, 0x5A3) % (2 ** 31)
-        out = self.engine.generate(str(self.folder), requests, dtype=cfg.actor_dtype, logprobs_mode="processed_logprobs",
+        out = self.engine.generate(str(self.folder), requests, dtype=cfg.actor_dtype, logprobs_mode=cfg.engine_logprobs,
                                    max_tokens=int(cfg.max_new_tokens), temperature=float(cfg.temperature), seed=seed,
                                    stop_token_ids=[EOS_ID], weights_version=self.version, max_model_len=self.max_len)
         self.started = True
