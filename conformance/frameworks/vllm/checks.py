@@ -84,10 +84,6 @@ def prompts(seed: int) -> list[list[int]]:
     return [rng.integers(0, model.VOCAB, size=int(rng.integers(3, 11))).tolist() for _ in range(N_PROMPTS)]
 
 
-def _key(kw: dict[str, Any]) -> str:
-    return fmt(kw)
-
-
 class _Layout:
     """Prompt + completion of each request in the spec layout: [1, L] ids and masks of the completion
     positions (and of the prompt positions after the first), and [1, L, V] logits with the engine's logits of
@@ -150,7 +146,7 @@ def _semantic_row(adapter: VllmAdapter, dtype: str, mode: str, kw: dict[str, Any
     full = {**FULL, **kw}
     plain = full == {**FULL, "temperature": 1.0}
     spec_id, function = ("logprob.token", "token_logprobs") if plain else ("logprob.sampling", "sampling_logprobs")
-    row_id = f"vllm.logprobs[{mode},{dtype},{_key(kw)}]"
+    row_id = f"vllm.logprobs[{mode},{dtype},{fmt(kw)}]"
     if not np.array_equal(reported["token_ids"], layout.engine["token_ids"]):
         return error_row(row_id, spec_id, function, adapter.name,
                          f"the {mode} engine sampled other tokens than the raw_logits engine with the same seeds")
@@ -167,7 +163,7 @@ def _semantic_row(adapter: VllmAdapter, dtype: str, mode: str, kw: dict[str, Any
                     "temperature and truncation", of(oracle.token_logprobs))
     tempered = Candidate("tempered, not renormalised", f"token_logprobs(temperature={full['temperature']:g}): "
                          "log S of the truncation missing", of(oracle.token_logprobs, temperature=full["temperature"]))
-    canonical = Candidate("canonical", f"sampling_logprobs({_key(kw)}) of the engine's logits",
+    canonical = Candidate("canonical", f"sampling_logprobs({fmt(kw)}) of the engine's logits",
                           of(oracle.sampling_logprobs, **full), contrasts=[] if plain else [raw, tempered])
     candidates = [canonical] + ([raw] if mode == "raw_logprobs" and not plain else [])
     note = (f"{len(got)} sampled tokens of {N_PROMPTS} prompts"
@@ -205,7 +201,7 @@ def _forward_row(adapter: VllmAdapter, trainer: _Trainer, reported: dict[str, An
         what = f"{len(got)} sampled tokens"
         contrasts: list[Candidate] = []
     else:
-        row_id = f"vllm.prompt_logprobs[{mode},{trainer.dtype},{_key(PROMPT_SETTING)}]"
+        row_id = f"vllm.prompt_logprobs[{mode},{trainer.dtype},{fmt(PROMPT_SETTING)}]"
         got = np.concatenate([reported["prompt_logprobs"][i, 1:len(p)] for i, p in enumerate(layout.prompts)])
         what = f"{len(got)} prompt tokens"
         T = PROMPT_SETTING["temperature"]
@@ -230,18 +226,23 @@ def extra_rows(adapter: VllmAdapter, seed: int) -> list[RowResult]:
     with tempfile.TemporaryDirectory(prefix="rlspec-vllm-model-") as folder:
         model.build(folder)
         for dtype in adapter.dtypes:
-            settings = {_key(kw): kw for mode in ("raw_logprobs", "processed_logprobs") for kw in GRID[(dtype, mode)]}
+            settings = {fmt(kw): kw for mode in ("raw_logprobs", "processed_logprobs") for kw in GRID[(dtype, mode)]}
             layouts = {k: _Layout(prompt_ids, generate(folder, dtype, "raw_logits", kw)) for k, kw in settings.items()}
-            plain = _key({"temperature": 1.0})
-            trainer = _Trainer(folder, layouts[plain], dtype)
+            plain = fmt({"temperature": 1.0})
+            trainers: dict[str, _Trainer] = {}  # the trainer's forwards of a layout, computed once for both modes
+
+            def trainer_of(key: str) -> _Trainer:
+                if key not in trainers:
+                    trainers[key] = _Trainer(folder, layouts[key], dtype)
+                return trainers[key]
+
             for mode in ("raw_logprobs", "processed_logprobs"):
                 for kw in GRID[(dtype, mode)]:
                     reported = generate(folder, dtype, mode, kw)
-                    layout = layouts[_key(kw)]
+                    layout = layouts[fmt(kw)]
                     rows.append(_semantic_row(adapter, dtype, mode, kw, reported, layout, seed))
-                    if mode == "raw_logprobs" and _key(kw) == plain:
-                        rows.append(_forward_row(adapter, trainer, reported, layout, seed, "completion", mode))
+                    if mode == "raw_logprobs" and fmt(kw) == plain:
+                        rows.append(_forward_row(adapter, trainer_of(plain), reported, layout, seed, "completion", mode))
                     if kw == PROMPT_SETTING:
-                        prompt_trainer = _Trainer(folder, layout, dtype)
-                        rows.append(_forward_row(adapter, prompt_trainer, reported, layout, seed, "prompt", mode))
+                        rows.append(_forward_row(adapter, trainer_of(fmt(kw)), reported, layout, seed, "prompt", mode))
     return rows
