@@ -49,6 +49,7 @@ class VllmRolloutWorker:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.engine = VllmAdapter()  # the vLLM worker; AdapterLoadError ("not installed") if there is none
         self.started = False
+        self.half: torch.nn.Module | None = None  # engine_check: the bfloat16 copy of the current weights
         self.max_len = self.task.prompt_width + int(self.cfg.max_new_tokens)
         self.timings: dict[str, float] = {}
 
@@ -60,6 +61,7 @@ class VllmRolloutWorker:
             return
         t0 = time.perf_counter()
         self.lm.load_state_dict(ray.get(ref[0]))
+        self.half = None
         self.lm.save_pretrained(self.folder)
         self.timings["weight_write_s"] = time.perf_counter() - t0
         if self.started:
@@ -98,7 +100,9 @@ class VllmRolloutWorker:
                                                  "correct", "completion_lengths", "truncated", "behav_logp")}
         if cfg.engine_check:
             fields["behav_check_logits"] = self._forward(self.lm, batch)
-            fields["behav_check_logits_half"] = self._forward(copy.deepcopy(self.lm).to(torch.bfloat16), batch)
+            if self.half is None:  # once per weights version, not per batch
+                self.half = copy.deepcopy(self.lm).to(torch.bfloat16)
+            fields["behav_check_logits_half"] = self._forward(self.half, batch)
         return {"step": step, "version": self.version, "actor": self.index, "pid": os.getpid(),
                 "gen_s": time.perf_counter() - t0, "prompt_width": batch.prompt_width, "timings": dict(self.timings),
                 **fields}
