@@ -64,7 +64,7 @@ def preset_table() -> str:
             if kw:
                 cells.append(", ".join(f"{k}={v!r}" for k, v in kw.items()))
             else:
-                cells.append("canonical" if f in (presets.scope(n) or (f,)) else "not read")
+                cells.append("canonical" if presets.was_read(n, f) else "not read")
         lines.append(f"| `{f}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

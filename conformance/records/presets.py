@@ -120,16 +120,13 @@ def preset_kwargs(framework: str, function: str, version: str | None = None) -> 
     return dict(preset.keywords) if preset is not None else {}
 
 
-def scope(framework: str) -> tuple[str, ...] | None:
-    """The functions `framework`'s presets were read for (None: all of them; a home read in full before the spec
-    grew: all of them but its ``UNREAD``)."""
+def was_read(framework: str, function: str) -> bool:
+    """Whether `framework`'s presets were read for `function`: inside its ``SCOPE`` (None: every function) and not
+    among its ``UNREAD`` (the functions added to the spec after a home read in full)."""
     home = homes()[framework]
-    unread = tuple(getattr(home, "UNREAD", ()))
-    if home.SCOPE is None and unread:
-        from conformance.records import BY_FUNCTION  # the records import this module: look them up when asked
-
-        return tuple(f for f in BY_FUNCTION if f not in unread)
-    return home.SCOPE
+    if function in getattr(home, "UNREAD", ()):
+        return False
+    return home.SCOPE is None or function in home.SCOPE
 
 
 def version(framework: str) -> str:
@@ -137,5 +134,5 @@ def version(framework: str) -> str:
     return homes()[framework].VERSION
 
 
-__all__ = ["FRAMEWORKS_DIR", "Preset", "homes", "presets", "presets_of", "preset_kwargs", "read_versions", "scope",
-           "unread_version_note", "version"]
+__all__ = ["FRAMEWORKS_DIR", "Preset", "homes", "presets", "presets_of", "preset_kwargs", "read_versions",
+           "unread_version_note", "version", "was_read"]
