@@ -22,11 +22,10 @@ import torch
 from refimpl.trainer.config import TrainConfig
 from refimpl.trainer.loop import RolloutRecord, StepRecord
 from refimpl.trainer.rollout import UNTRUNCATED
-from refimpl.trainer.task import EOS_ID
 from rlspec.trace import TraceRecorder
 
 
-def trace_config(cfg: TrainConfig) -> dict[str, Any]:
+def trace_config(cfg: TrainConfig, eos_id: int) -> dict[str, Any]:
     """What the trainer computes, in the manifest's ``config`` keys (rlspec.trace.CONFIG_KEYS)."""
     rows = cfg.prompts_per_step * cfg.group_size
     out: dict[str, Any] = {
@@ -35,7 +34,7 @@ def trace_config(cfg: TrainConfig) -> dict[str, Any]:
         "kl_coef": cfg.kl_coef, "kl_estimator": cfg.kl_estimator, "entropy_coef": cfg.entropy_coef,
         "temperature": cfg.temperature, "group_size": cfg.group_size, "grpo_scale": cfg.grpo_scale,
         "grpo_std_ddof": cfg.grpo_std_ddof, "grpo_eps": cfg.grpo_eps, "reinforce_baseline": cfg.reinforce_baseline,
-        "grad_reduce": "mean", "eos_token_id": EOS_ID, "correction": cfg.correction,
+        "grad_reduce": "mean", "eos_token_id": eos_id, "correction": cfg.correction,
         "loss_mask_subset": cfg.correction != "none", "rollout_rows": rows,
         "sampling": {"temperature": cfg.temperature, **UNTRUNCATED},
     }
@@ -60,7 +59,7 @@ class TraceHook:
     def __call__(self, rec: StepRecord) -> None:
         if self.recorder is None:
             self.recorder = TraceRecorder(
-                self.directory, config=trace_config(rec.config),
+                self.directory, config=trace_config(rec.config, rec.eos_id),
                 trainer={"name": "refimpl", "version": f"rlspec trainer, torch {torch.__version__}",
                          "world_size": rec.world_size},
                 dp_rank=rec.rank // rec.config.cp_size, dp_size=rec.world_size // rec.config.cp_size,

@@ -129,12 +129,7 @@ class TrainerVerifier:
 
     wants_hidden = True  # the trainer captures final hidden states and the LM-head weight for us
 
-    def __init__(self, *, eos_id: int | None = None, pad_id: int | None = None, raise_on_fail: bool = True,
-                 log: Callable[[str], None] | None = None) -> None:
-        from refimpl.trainer.task import EOS_ID, PAD_ID
-
-        self.eos_id = EOS_ID if eos_id is None else eos_id
-        self.pad_id = PAD_ID if pad_id is None else pad_id
+    def __init__(self, *, raise_on_fail: bool = True, log: Callable[[str], None] | None = None) -> None:
         self.raise_on_fail = raise_on_fail
         self.log = log
         self.stats: dict[str, _Stat] = {}
@@ -196,7 +191,7 @@ class TrainerVerifier:
             ids = mb.input_ids.numpy()
             m = mb.mask.numpy().astype(bool)
             # --- mask: exactly the completion tokens -------------------------------------------
-            exp_m = expected_mask(ids, rec.prompt_width, self.eos_id)
+            exp_m = expected_mask(ids, rec.prompt_width, rec.eos_id)
             att = mb.attention_mask.numpy().astype(bool)
             problems = []
             if m[:, 0].any():
@@ -208,7 +203,7 @@ class TrainerVerifier:
             if not np.array_equal(att[:, rec.prompt_width:], m[:, rec.prompt_width:]):
                 problems.append("the attention mask of the completion differs from the loss mask")
             after = ~m & (np.arange(m.shape[1]) >= rec.prompt_width)
-            if (ids[after] != self.pad_id).any():
+            if (ids[after] != rec.pad_id).any():
                 problems.append("a token after a completion's end is not padding")
             self._record(step, "mask", "conventions", None, where, "; ".join(problems) or None)
             # --- log-probs and entropies from the hidden states -------------------------------

@@ -1,4 +1,5 @@
-"""`rlspec train`: RL-train the tiny random-weight Llama on the digit task with the refimpl trainer.
+"""`rlspec train`: RL-train the tiny random-weight Llama on the digit task with the refimpl trainer, or your
+own local model on your prompts with your reward (``--model DIR --prompts FILE.jsonl --reward module:function``).
 
 Every ``TrainConfig`` field is a flag (``--prompts-per-step``, ``--kl-coef``, ...; ``none`` for an
 optional number). ``--verify`` checks every optimizer update against the oracle
@@ -66,7 +67,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train",
-        help="RL-train a tiny random-weight Llama on a digit task with the refimpl trainer (--verify: every step against the oracle)",
+        help="RL-train a tiny random-weight Llama on a digit task, or a local model (--model, --prompts, --reward), "
+             "with the refimpl trainer (--verify: every step against the oracle)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -264,7 +266,7 @@ def _format_summary(summary: dict[str, Any], out_dir: str | None, wall: float) -
     target = summary["config"]["target_reward"]
     lines = [
         f"steps {summary.get('steps')}  training time {summary.get('wall_time_s') or 0:.1f}s (this process {wall:.1f}s)",
-        "final (mean of the last {0} steps): reward {1:.3f}, exact answers {2:.3f}, KL to reference {3:.3f}, "
+        "final (mean of the last {0} steps): reward {1:.3f}, solved {2:.3f}, KL to reference {3:.3f}, "
         "entropy {4:.3f}, completion length {5:.2f}".format(
             summary.get("final_window", 0), final.get("reward_mean", 0), final.get("accuracy", 0),
             final.get("kl_ref", 0), final.get("entropy", 0), final.get("completion_len_mean", 0)),

@@ -29,7 +29,7 @@ import torch
 
 from refimpl.trainer.config import TrainConfig
 from refimpl.trainer.rollout import Batch, derived_seed, generate, sample_prompts
-from refimpl.trainer.task import DigitTask
+from refimpl.trainer.sources import task_for
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -68,7 +68,7 @@ class RolloutWorker:
     def __init__(self, config: dict[str, Any], lm: torch.nn.Module, store: Any, index: int) -> None:
         torch.set_num_threads(int(config["actor_threads"]))
         self.cfg = TrainConfig.from_dict(config)
-        self.task = DigitTask(self.cfg.task, self.cfg.min_digits, self.cfg.max_digits)
+        self.task = task_for(self.cfg)
         self.lm = lm.to(DTYPES[self.cfg.actor_dtype]).eval()
         self.store = store
         self.index = index

@@ -10,10 +10,13 @@ prompts, score them, compute advantages, then ``epochs`` passes over the batch, 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from refimpl.offpolicy import REJECTION_LEVELS
+from refimpl.trainer.prompt_file import resolve_reward_spec
 
 ALGOS = ("grpo", "rloo", "reinforce", "ppo")
 LOSSES = ("ppo", "gspo", "cispo")
@@ -28,6 +31,7 @@ ENGINES = ("hf", "vllm")
 ENGINE_LOGPROBS = ("processed_logprobs", "raw_logprobs")
 # vLLM 0.32.0 CPU attention (v1/attention/backends/cpu_attn.py:69-70 get_supported_head_sizes)
 VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+OWN_MAX_NEW_TOKENS = 64  # the completion budget of a local model's run when max_new_tokens is None
 
 # Per-loss clip defaults when eps_low / eps_high are None (the spec's canonical defaults).
 LOSS_CLIP_DEFAULTS: dict[str, tuple[float | None, float]] = {
@@ -76,6 +80,16 @@ class TrainConfig:
     intermediate_size: int = 128
     init_std: float = 0.02
     """``initializer_range`` of the random-weight Llama."""
+    model: str | None = None
+    """A local transformers causal-LM folder (weights and tokenizer) to train instead of the random-weight Llama
+    (with ``prompts`` and ``reward``; the digit-task and model-shape knobs above then do not apply). See
+    docs/end-to-end.md, "Your own model"."""
+    prompts: str | None = None
+    """With ``model``: a JSON-lines file of prompts ({"prompt": text} or {"messages": chat}, other keys are
+    columns for the reward), taken in shuffled passes."""
+    reward: str | None = None
+    """With ``model``: the reward function, 'module:function' or 'path/to/file.py:function', called as TRL's
+    reward functions are: reward(prompts, completions, completion_ids, **columns) -> list[float]."""
 
     # --- rollout --------------------------------------------------------------------------------
     prompts_per_step: int = 32
@@ -85,7 +99,7 @@ class TrainConfig:
     temperature: float = 1.0
     """Sampling temperature; log-probs are computed at the same temperature (no top-k/top-p)."""
     max_new_tokens: int | None = None
-    """Completion budget (None: max_digits + 2). Completions end at the first EOS, which is trained."""
+    """Completion budget (None: max_digits + 2; 64 with ``model``). Completions end at the first EOS, which is trained."""
 
     # --- advantages -----------------------------------------------------------------------------
     algo: str = "grpo"
@@ -226,8 +240,20 @@ class TrainConfig:
             c.eps_low = low
         if c.eps_high is None:
             c.eps_high = high
+        own = [name for name in ("model", "prompts", "reward") if getattr(c, name) is not None]
+        if own and len(own) < 3:
+            missing = [name for name in ("model", "prompts", "reward") if name not in own]
+            raise ValueError(f"TrainConfig: {', '.join(missing)}: needed with {', '.join(own)} (a local model is "
+                             "trained on a prompts file with a reward function: model, prompts and reward together)")
+        if own:
+            for name in ("model", "prompts"):
+                path = Path(getattr(c, name)).expanduser().resolve()
+                if not (path.is_dir() if name == "model" else path.is_file()):
+                    raise ValueError(f"TrainConfig: {name}: no {'folder' if name == 'model' else 'file'} {getattr(c, name)}")
+                setattr(c, name, str(path))
+            c.reward = resolve_reward_spec(c.reward)
         if c.max_new_tokens is None:
-            c.max_new_tokens = c.max_digits + 2
+            c.max_new_tokens = c.max_digits + 2 if not own else OWN_MAX_NEW_TOKENS
         if c.kl_coef is None:
             c.kl_coef = {"grpo": 0.05, "rloo": 0.01, "reinforce": 0.01, "ppo": 0.0}[c.algo]
         if c.norm_length is None:
@@ -254,7 +280,12 @@ class TrainConfig:
         if c.engine != "hf" and not c.asynchronous:
             raise ValueError(f"TrainConfig: engine: {c.engine!r} samples in the asynchronous mode's rollout actors "
                              "(asynchronous=True, rlspec train --async); the synchronous trainer samples with its own weights")
-        if c.engine == "vllm" and (c.hidden_size % c.num_heads or c.hidden_size // c.num_heads not in VLLM_HEAD_SIZES):
+        if c.engine == "vllm" and c.model is not None:
+            head = _head_size(c.model)
+            if head is not None and head not in VLLM_HEAD_SIZES:
+                raise ValueError(f"TrainConfig: model: engine 'vllm' needs a head size in {VLLM_HEAD_SIZES} (vLLM's CPU "
+                                 f"attention), {c.model} has {head}")
+        if c.engine == "vllm" and c.model is None and (c.hidden_size % c.num_heads or c.hidden_size // c.num_heads not in VLLM_HEAD_SIZES):
             raise ValueError(f"TrainConfig: num_heads: engine 'vllm' needs a head size hidden_size / num_heads in "
                              f"{VLLM_HEAD_SIZES} (vLLM's CPU attention), got {c.hidden_size} / {c.num_heads}; "
                              f"e.g. num_heads {max(1, c.hidden_size // 32)}")
@@ -301,6 +332,17 @@ class TrainConfig:
         if unknown:
             raise ValueError(f"TrainConfig: unknown keys {unknown}")
         return cls(**d)
+
+
+def _head_size(model_dir: str) -> int | None:
+    """The attention head size in a model folder's config.json (None when it does not say)."""
+    path = Path(model_dir) / "config.json"
+    cfg = json.loads(path.read_text()) if path.is_file() else {}
+    if cfg.get("head_dim"):
+        return int(cfg["head_dim"])
+    if cfg.get("hidden_size") and cfg.get("num_attention_heads"):
+        return int(cfg["hidden_size"]) // int(cfg["num_attention_heads"])
+    return None
 
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> None:

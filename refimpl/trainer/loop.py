@@ -51,7 +51,8 @@ from refimpl.trainer.step import (
     run_policy,
     sequence_advantages,
 )
-from refimpl.trainer.task import DigitTask, build_model
+from refimpl.trainer.sources import model_for, task_for
+from refimpl.trainer.task import EOS_ID, PAD_ID, Task
 
 # Config fields a resumed run may change (anything else must match the checkpoint's config).
 RESUME_OVERRIDES = ("steps", "out_dir", "checkpoint_every", "keep_checkpoints", "target_reward", "device")
@@ -140,6 +141,8 @@ class StepRecord:
     fused: bool = True  # log-probs through the fused hidden-state path (else from materialised logits)
     prompt_width: int = 0  # columns [0, prompt_width) hold the (left-padded) prompt
     head_grad: torch.Tensor | None = None  # LM-head weight gradient after accumulation and all-reduce, before clipping (with weight)
+    eos_id: int = EOS_ID  # the task's end-of-completion token
+    pad_id: int = PAD_ID  # ... and its padding token
 
     @property
     def first_of_step(self) -> bool:
@@ -171,13 +174,14 @@ def _cpu(x: torch.Tensor | None) -> torch.Tensor | None:
 class Trainer:
     """RL fine-tuning of a causal LM on a verifiable task (see :class:`TrainConfig` for every knob).
 
-    ``model``: a Hugging Face causal LM (default: the tiny random-weight Llama built from the config);
-    ``task``: the prompt sampler and reward (default: the config's digit task); ``on_step``: called with
+    ``model``: a Hugging Face causal LM (default: the config's: ``model``'s folder, or the tiny random-weight
+    Llama); ``task``: the prompt sampler and reward (:class:`~refimpl.trainer.task.Task`; default: the config's,
+    :func:`~refimpl.trainer.sources.task_for`); ``on_step``: called with
     a :class:`StepRecord` after every update's backward (set ``on_step.wants_hidden = True`` to get the
     final hidden states and LM-head weight too); ``progress``: show a progress bar on rank 0.
     """
 
-    def __init__(self, config: TrainConfig, *, model: torch.nn.Module | None = None, task: DigitTask | None = None,
+    def __init__(self, config: TrainConfig, *, model: torch.nn.Module | None = None, task: Task | None = None,
                  on_step: Hook | None = None, progress: bool = False, log: Callable[[str], None] | None = None) -> None:
         self.cfg = cfg = config.resolved()
         self.rank, self.world = _dist.rank(), _dist.world_size()
@@ -189,12 +193,8 @@ class Trainer:
         self.cp_group = _dist.cp_group(self.cp)
         self.rows_per_micro = cfg.rows_per_micro_batch(self.dp)
         self.device = _device(cfg.device)
-        self.task = task or DigitTask(cfg.task, cfg.min_digits, cfg.max_digits)
-        lm = model if model is not None else build_model(
-            hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
-            intermediate_size=cfg.intermediate_size, init_std=cfg.init_std,
-            max_positions=max(64, self.task.prompt_width + cfg.max_new_tokens), seed=cfg.seed,
-        )
+        self.task = task or task_for(cfg)
+        lm = model if model is not None else model_for(cfg, self.task)
         ref_lm = copy.deepcopy(lm)  # the reference: a frozen copy of the initial policy
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derived_seed(cfg.seed, 0x7A1E))
@@ -507,7 +507,8 @@ class Trainer:
                         num_seqs=float(counts.num_seqs), micro=records, grad_norm=float(norm),
                         weight=_cpu(self.policy.lm.get_output_embeddings().weight) if wants_hidden else None,
                         rollout=rollout if (epoch == 0 and mb_idx == 0) else None, fused=self.policy.fused,
-                        prompt_width=batch.prompt_width, head_grad=head_grad,
+                        prompt_width=batch.prompt_width, head_grad=head_grad, eos_id=self.task.eos_id,
+                        pad_id=self.task.pad_id,
                     ))
                 self.optimizer.step()
                 self.update += 1

@@ -13,7 +13,7 @@ from typing import Any
 # The curves drawn by plot_curves: (metric key, panel title), in panel order.
 PANELS: tuple[tuple[str, str], ...] = (
     ("reward_mean", "reward (mean over the batch)"),
-    ("accuracy", "exact answers (fraction)"),
+    ("accuracy", "solved completions (fraction): exact answers of the digit task, reward >= 1 with --reward"),
     ("kl_ref", "KL(policy || reference), k3 per token"),
     ("entropy", "entropy per token (nats)"),
     ("clip_frac_high", "clip fraction (upper)"),

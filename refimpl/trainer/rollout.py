@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 import torch
 
 from refimpl.trainer.step import position_ids_from
-from refimpl.trainer.task import EOS_ID, PAD_ID, DigitTask
+from refimpl.trainer.task import Task
 
 
 def derived_seed(*parts: int) -> int:
@@ -73,28 +74,28 @@ class Batch:
 UNTRUNCATED = {"top_k": 0, "top_p": 1.0, "min_p": None, "repetition_penalty": 1.0}
 
 
-def sample_prompts(task: DigitTask, seed: int, step: int, n_global: int) -> list[list[int]]:
+def sample_prompts(task: Task, seed: int, step: int, n_global: int) -> list[Any]:
     """The step's prompts over all ranks (rank r takes its contiguous share)."""
     rng = np.random.default_rng(derived_seed(seed, step, 0x5EED))
-    return task.sample_prompts(n_global, rng)
+    return task.sample_prompts(n_global, rng, step)
 
 
-def prompt_tensors(task: DigitTask, prompts: list[list[int]], group_size: int,
+def prompt_tensors(task: Task, prompts: list[Any], group_size: int,
                    device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Each prompt left-padded to the task's prompt width and repeated ``group_size`` times: the ids and the
     attention mask, [len(prompts) * group_size, prompt_width] long."""
     P = task.prompt_width
-    prompt = torch.full((len(prompts), P), PAD_ID, dtype=torch.long)
+    prompt = torch.full((len(prompts), P), task.pad_id, dtype=torch.long)
     prompt_att = torch.zeros((len(prompts), P), dtype=torch.long)
-    for i, digits in enumerate(prompts):
-        ids = task.prompt_ids(digits)
+    for i, p in enumerate(prompts):
+        ids = task.prompt_ids(p)
         prompt[i, P - len(ids):] = torch.tensor(ids)
         prompt_att[i, P - len(ids):] = 1
     return prompt.repeat_interleave(group_size, dim=0).to(device), prompt_att.repeat_interleave(group_size, dim=0).to(device)
 
 
 @torch.no_grad()
-def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, group_size: int,
+def generate(lm: torch.nn.Module, task: Task, prompts: list[Any], *, group_size: int,
              temperature: float, max_new_tokens: int, seed: int, device: torch.device,
              behaviour_logp: bool = False) -> Batch:
     """Sample ``group_size`` completions per prompt (seeded: the same seed gives the same batch).
@@ -110,7 +111,7 @@ def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, 
     gen_config = GenerationConfig(
         do_sample=True, temperature=float(temperature), **UNTRUNCATED, typical_p=1.0,
         max_new_tokens=int(max_new_tokens), min_new_tokens=0,
-        pad_token_id=PAD_ID, eos_token_id=EOS_ID, use_cache=True,
+        pad_token_id=task.pad_id, eos_token_id=task.eos_id, use_cache=True,
         return_dict_in_generate=behaviour_logp, output_logits=behaviour_logp,
     )
     devices = [device] if device.type == "cuda" else []
@@ -119,7 +120,7 @@ def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, 
         out = lm.generate(input_ids=prompt, attention_mask=prompt_att, generation_config=gen_config)
     step_logits = out.logits if behaviour_logp else None
     out = out.sequences if behaviour_logp else out
-    completion = torch.full((n, max_new_tokens), PAD_ID, dtype=torch.long, device=device)
+    completion = torch.full((n, max_new_tokens), task.pad_id, dtype=torch.long, device=device)
     gen = out[:, P:]
     completion[:, : gen.shape[1]] = gen
     behav = None
@@ -131,7 +132,7 @@ def generate(lm: torch.nn.Module, task: DigitTask, prompts: list[list[int]], *, 
     return layout_batch(task, prompts, group_size, completion, behav, device=device)
 
 
-def layout_batch(task: DigitTask, prompts: list[list[int]], group_size: int, completion: torch.Tensor,
+def layout_batch(task: Task, prompts: list[Any], group_size: int, completion: torch.Tensor,
                  behav: torch.Tensor | None, *, device: torch.device) -> Batch:
     """The :class:`Batch` of ``group_size`` completions per prompt: ``completion`` [n, max_new_tokens] holds
     each row's sampled tokens (rows ``i*group_size ...`` belong to prompt ``i``; anything after the first EOS is
@@ -142,12 +143,12 @@ def layout_batch(task: DigitTask, prompts: list[list[int]], group_size: int, com
     n, max_new_tokens = completion.shape
     prompt, prompt_att = prompt_tensors(task, prompts, group_size, device)
     # valid = through the first EOS; whatever follows it is padding
-    is_eos = completion == EOS_ID
+    is_eos = completion == task.eos_id
     has_eos = is_eos.any(dim=1)
     first_eos = torch.where(has_eos, is_eos.int().argmax(dim=1), torch.full_like(has_eos, max_new_tokens - 1, dtype=torch.long))
     cols = torch.arange(max_new_tokens, device=device).unsqueeze(0)
     comp_valid = cols <= first_eos.unsqueeze(1)
-    completion = torch.where(comp_valid, completion, torch.full_like(completion, PAD_ID))
+    completion = torch.where(comp_valid, completion, torch.full_like(completion, task.pad_id))
     input_ids = torch.cat([prompt, completion], dim=1)
     attention_mask = torch.cat([prompt_att, comp_valid.long()], dim=1)
     mask = torch.cat([torch.zeros_like(prompt, dtype=torch.bool), comp_valid], dim=1)
@@ -155,14 +156,9 @@ def layout_batch(task: DigitTask, prompts: list[list[int]], group_size: int, com
     if behav is not None:
         behav_logp = torch.cat([torch.zeros((n, P), dtype=torch.float32, device=device), behav.float()], dim=1)
         behav_logp = torch.where(mask, behav_logp, torch.zeros_like(behav_logp))
-    rewards, correct = [], []
     comp_cpu, valid_cpu = completion.cpu(), comp_valid.cpu()
-    for i in range(n):
-        digits = prompts[i // group_size]
-        toks = comp_cpu[i][valid_cpu[i]].tolist()
-        r, ok = task.score_tokens(digits, toks)
-        rewards.append(r)
-        correct.append(ok)
+    rewards, correct = task.score_batch([prompts[i // group_size] for i in range(n)],
+                                        [comp_cpu[i][valid_cpu[i]].tolist() for i in range(n)])
     return Batch(
         input_ids=input_ids,
         attention_mask=attention_mask,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -80,6 +81,27 @@ def build_model(*, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 
     return model
 
 
+class Task(Protocol):
+    """What the trainer needs of a task (:class:`DigitTask`, or
+    :class:`refimpl.trainer.prompt_file.PromptFileTask`): a prompt is any picklable value the task hands out."""
+
+    pad_id: int  # left-pads prompts, right-pads completions
+    eos_id: int  # ends a completion (the loss mask covers the completion through it)
+
+    @property
+    def prompt_width(self) -> int:
+        """Prompts are left-padded to this many tokens."""
+
+    def sample_prompts(self, n: int, rng: np.random.Generator, step: int = 0) -> list[Any]:
+        """The ``n`` prompts of rollout step ``step`` (``rng`` is seeded from the run's seed and the step)."""
+
+    def prompt_ids(self, prompt: Any) -> list[int]:
+        """The token ids of one prompt (at most ``prompt_width`` of them)."""
+
+    def score_batch(self, prompts: Sequence[Any], completions: Sequence[Sequence[int]]) -> tuple[list[float], list[bool]]:
+        """(reward, solved?) of each completion (its token ids through EOS, no padding) of ``prompts[i]``."""
+
+
 @dataclass(frozen=True)
 class DigitTask:
     """Prompts of ``min_digits``..``max_digits`` digits; answer = ``kind`` applied to them."""
@@ -87,6 +109,8 @@ class DigitTask:
     kind: str = "reverse"
     min_digits: int = 3
     max_digits: int = 3
+    pad_id = PAD_ID
+    eos_id = EOS_ID
 
     @property
     def prompt_width(self) -> int:
@@ -101,8 +125,8 @@ class DigitTask:
             return list(digits)
         raise ValueError(f"DigitTask: kind: expected 'reverse', 'sort' or 'copy', got {self.kind!r}")
 
-    def sample_prompts(self, n: int, rng: np.random.Generator) -> list[list[int]]:
-        """``n`` digit lists (each digit 0..9)."""
+    def sample_prompts(self, n: int, rng: np.random.Generator, step: int = 0) -> list[list[int]]:
+        """``n`` digit lists (each digit 0..9), fresh from ``rng`` at every step."""
         lengths = rng.integers(self.min_digits, self.max_digits + 1, size=n)
         return [[int(d) for d in rng.integers(0, 10, size=int(k))] for k in lengths]
 
@@ -132,6 +156,12 @@ class DigitTask:
         exact = stop and matches == len(target)
         return (matches + stop) / (len(target) + 1), exact
 
+    def score_batch(self, prompts: Sequence[Sequence[int]],
+                    completions: Sequence[Sequence[int]]) -> tuple[list[float], list[bool]]:
+        """:meth:`score_tokens` of every (prompt, completion) pair: (rewards, exact answers)."""
+        scored = [self.score_tokens(d, c) for d, c in zip(prompts, completions, strict=True)]
+        return [r for r, _ in scored], [ok for _, ok in scored]
+
     def score_text(self, prompt_text: str, completion_text: str, *, stopped: bool) -> float:
         """The reward of a completion given as text with its special tokens skipped (what a text-level
         trainer such as TRL hands over); ``stopped``: whether the completion ended with EOS."""
@@ -142,4 +172,4 @@ class DigitTask:
         return self.score_tokens(digits, ids)[0]
 
 
-__all__ = ["DigitTask", "MissingTransformers", "require_transformers", "build_model", "build_tokenizer", "VOCAB", "VOCAB_SIZE", "PAD_ID", "EOS_ID", "SEP_ID", "DIGIT0_ID"]
+__all__ = ["DigitTask", "Task", "MissingTransformers", "require_transformers", "build_model", "build_tokenizer", "VOCAB", "VOCAB_SIZE", "PAD_ID", "EOS_ID", "SEP_ID", "DIGIT0_ID"]

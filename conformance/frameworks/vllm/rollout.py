@@ -28,7 +28,7 @@ import torch
 
 from refimpl.trainer.config import TrainConfig
 from refimpl.trainer.rollout import derived_seed, layout_batch, sample_prompts
-from refimpl.trainer.task import EOS_ID, PAD_ID, DigitTask
+from refimpl.trainer.sources import task_for
 
 
 class VllmRolloutWorker:
@@ -39,7 +39,7 @@ class VllmRolloutWorker:
 
         torch.set_num_threads(int(config["actor_threads"]))
         self.cfg = TrainConfig.from_dict(config)
-        self.task = DigitTask(self.cfg.task, self.cfg.min_digits, self.cfg.max_digits)
+        self.task = task_for(self.cfg)
         self.lm = lm.to(torch.float32).eval()
         self.store = store
         self.index = index
@@ -84,13 +84,13 @@ class VllmRolloutWorker:
         seed = derived_seed(cfg.seed, step, 0, 0x5A3) % (2 ** 31)
         out = self.engine.generate(str(self.folder), requests, dtype=cfg.actor_dtype, logprobs_mode=cfg.engine_logprobs,
                                    max_tokens=int(cfg.max_new_tokens), temperature=float(cfg.temperature), seed=seed,
-                                   stop_token_ids=[EOS_ID], weights_version=self.version, max_model_len=self.max_len)
+                                   stop_token_ids=[self.task.eos_id], weights_version=self.version, max_model_len=self.max_len)
         self.started = True
         if out["start_s"]:
             self.timings["engine_start_s"] = out["start_s"]
         self.timings["engine_generate_s"] = out["generate_s"]
         n, L = len(requests), int(cfg.max_new_tokens)
-        completion = torch.full((n, L), PAD_ID, dtype=torch.long)
+        completion = torch.full((n, L), self.task.pad_id, dtype=torch.long)
         behav = torch.zeros((n, L), dtype=torch.float32)
         for i, length in enumerate(out["lengths"].tolist()):
             completion[i, :length] = torch.from_numpy(out["token_ids"][i, :length])
