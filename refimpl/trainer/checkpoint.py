@@ -71,6 +71,18 @@ def unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) 
     return {"state": state, "param_groups": meta["param_groups"]}
 
 
+def _state_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``module.state_dict()`` on the CPU for safetensors, which refuses tensors sharing memory: a tied weight
+    (a model whose LM head is its input embedding) is written under each of its names, copied after the first."""
+    out, seen = {}, set()
+    for k, v in module.state_dict().items():
+        v = v.detach().cpu().contiguous()
+        ptr = v.untyped_storage().data_ptr()
+        out[k] = v.clone() if ptr in seen else v
+        seen.add(ptr)
+    return out
+
+
 def save_checkpoint(out_dir: str | os.PathLike, *, step: int, policy: torch.nn.Module, ref: torch.nn.Module,
                     optimizer: torch.optim.Optimizer, trainer_state: dict[str, Any], keep: int = 2) -> Path:
     """Write ``checkpoints/step-<step>`` atomically and point ``latest`` at it. Returns its path."""
@@ -84,8 +96,8 @@ def save_checkpoint(out_dir: str | os.PathLike, *, step: int, policy: torch.nn.M
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    save_file({k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}, str(tmp / "model.safetensors"))
-    save_file({k: v.detach().cpu().contiguous() for k, v in ref.state_dict().items()}, str(tmp / "ref_model.safetensors"))
+    save_file(_state_tensors(policy), str(tmp / "model.safetensors"))
+    save_file(_state_tensors(ref), str(tmp / "ref_model.safetensors"))
     opt_tensors, opt_meta = flatten_optimizer(optimizer)
     save_file(opt_tensors, str(tmp / "optimizer.safetensors"))
     rng = {"torch_cpu": torch.get_rng_state()}

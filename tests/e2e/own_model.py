@@ -14,8 +14,9 @@ CHAT_TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{
                  "{% if add_generation_prompt %}<assistant>{% endif %}")
 
 
-def write_model(folder: Path, *, seed: int = 0, hidden_size: int = 32, num_heads: int = 2) -> Path:
-    """Write the tokenizer and a random-weight 1-layer Llama into ``folder``; returns it."""
+def write_model(folder: Path, *, seed: int = 0, hidden_size: int = 32, num_heads: int = 2, tied: bool = False) -> Path:
+    """Write the tokenizer and a random-weight 1-layer Llama into ``folder`` (``tied``: its LM head is its input
+    embedding, as in Qwen2.5-0.5B or Llama-3.2-1B); returns it."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -29,7 +30,7 @@ def write_model(folder: Path, *, seed: int = 0, hidden_size: int = 32, num_heads
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
                          num_hidden_layers=1, num_attention_heads=num_heads, num_key_value_heads=num_heads,
                          max_position_embeddings=128, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None, tie_word_embeddings=False)
+                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None, tie_word_embeddings=tied)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)

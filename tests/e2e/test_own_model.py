@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from conformance.cli import main as cli_main
 from conformance.trainer_verify import TrainerVerifier
@@ -220,3 +221,23 @@ def test_engine_vllm_refuses_a_model_whose_head_size_its_cpu_attention_lacks(wor
     # write_model's default: hidden 32 over 2 heads, head size 16 (vLLM's CPU attention starts at 32)
     with pytest.raises(ValueError, match=r"TrainConfig: model: engine 'vllm' needs a head size .* has 16"):
         config(world, asynchronous=True, engine="vllm").resolved()
+
+
+def test_a_model_with_tied_embeddings_checkpoints_and_resumes(world, tmp_path):
+    """safetensors refuses tensors that share memory: the tied LM head / embedding must still checkpoint, and the
+    resumed run keeps the tie and continues from the saved weights."""
+    from refimpl.trainer.checkpoint import load_checkpoint
+
+    tied = write_model(tmp_path / "tied", tied=True)
+    cfg = config(world, model=str(tied), steps=2, checkpoint_every=1, out_dir=str(tmp_path / "run"))
+    trainer = Trainer(cfg)
+    trainer.train()
+    saved = load_checkpoint(str(tmp_path / "run"))["model"]
+    state = trainer.policy.state_dict()
+    assert torch.equal(saved["lm.lm_head.weight"], state["lm.model.embed_tokens.weight"])
+    resumed = Trainer.resume(str(tmp_path / "run"), overrides={"steps": 3})
+    lm = resumed.policy.lm
+    assert lm.lm_head.weight.data_ptr() == lm.model.embed_tokens.weight.data_ptr()
+    assert torch.equal(lm.lm_head.weight, state["lm.model.embed_tokens.weight"])
+    resumed.train()
+    assert resumed.step == 3
