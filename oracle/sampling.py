@@ -20,12 +20,14 @@ from oracle.validation import (
     check_logits,
     check_mask,
     check_real,
+    check_support,
     check_token_ids,
     check_token_upstream,
     to_float64,
 )
 
-__all__ = ["sampling_logprobs", "sampling_logprobs_grad", "sampling_log_mass", "sampling_log_mass_grad"]
+__all__ = ["sampling_logprobs", "sampling_logprobs_grad", "sampling_log_mass", "sampling_log_mass_grad", "support_logprobs",
+           "support_logprobs_grad"]
 
 
 def _softmax(a: np.ndarray) -> np.ndarray:
@@ -184,4 +186,70 @@ def sampling_log_mass_grad(logits, mask, upstream, *, temperature=1.0, top_k=0, 
                 a = z[b, t - 1] / tau
                 q = np.where(keep, np.exp(a - _logsumexp(a[keep])), 0.0)
                 grad[b, t - 1] = u[b, t] * (q - _softmax(a)) / tau
+    return grad
+
+
+def _support_inputs(fn, logits, input_ids, mask, support, temperature):
+    mask = check_mask(fn, mask)
+    logits = check_logits(fn, logits, mask)
+    tau = check_real(fn, "temperature", temperature, gt=0.0)
+    x = check_token_ids(fn, input_ids, mask, logits.shape[2])
+    K = check_support(fn, support, mask, logits.shape[2])
+    return to_float64(logits), x, mask, K, tau
+
+
+def support_logprobs(logits, input_ids, mask, support, *, temperature=1.0):
+    """Log-probability of each token renormalised over a given support: the engine's kept set, re-applied.
+
+    Spec: logprob.sampling (v1), added in v1.2, under a given support (DeepSeek-V3.2's "keep sampling mask").
+    Equation (per valid position, a = logits[b, t-1] / τ, K = { v : support[b, t, v] }, the set the token
+    x_t = input_ids[b, t] was drawn from):
+        sls[b, t] = a_{x_t} − logsumexp_{v∈K} a_v      if x_t ∈ K
+                  = −inf                                if x_t ∉ K
+        0 at masked positions.
+        With K the kept support of logits[b, t-1] itself (min-p, top-k, top-p), sls = sampling_logprobs.
+    Source: DeepSeek-V3.2 technical report (arXiv:2512.02556) §3.1 "Keep Sampling Mask": the truncation mask
+        recorded when sampling from π_old is applied to π_θ in training, so both share one action subspace.
+    Shapes: logits [B, T, V], input_ids [B, T] int, mask [B, T], support [B, T, V] bool -> [B, T] float64.
+    Edge cases: an all-True support row gives logprob.token; a one-token support gives 0.0; masked
+        positions are 0 and their logits, ids and support rows are never read.
+    """
+    fn = "support_logprobs"
+    z, x, mask, K, tau = _support_inputs(fn, logits, input_ids, mask, support, temperature)
+    B, T = mask.shape
+    sls = np.zeros((B, T), dtype=np.float64)
+    for b in range(B):
+        for t in range(1, T):
+            if not mask[b, t]:
+                continue
+            a = z[b, t - 1] / tau
+            keep = K[b, t]
+            sls[b, t] = a[x[b, t]] - _logsumexp(a[keep]) if keep[x[b, t]] else -math.inf
+    return sls
+
+
+def support_logprobs_grad(logits, input_ids, mask, support, upstream, *, temperature=1.0):
+    """Vector-Jacobian product of :func:`support_logprobs`: dL/d logits [B, T, V].
+
+    Spec: logprob.sampling (v1), added in v1.2, under a given support, gradient.
+    Derivative (K = support[b, t] is an input: no gradient reaches it; q̃ = softmax(a) restricted to K and
+    renormalised, u = upstream):
+        dL/dz[b, t-1, v] = u[b, t] · ( [v = x_t] − q̃_v ) / τ    for v ∈ K, 0 for v ∉ K,   if x_t ∈ K
+        dL/dz[b, t-1, :] = 0                                                               if x_t ∉ K
+    """
+    fn = "support_logprobs_grad"
+    z, x, mask, K, tau = _support_inputs(fn, logits, input_ids, mask, support, temperature)
+    u = to_float64(check_token_upstream(fn, upstream, mask))
+    B, T = mask.shape
+    grad = np.zeros(z.shape, dtype=np.float64)
+    for b in range(B):
+        for t in range(1, T):
+            if not mask[b, t] or not K[b, t, x[b, t]]:
+                continue
+            a = z[b, t - 1] / tau
+            keep = K[b, t]
+            q = np.where(keep, np.exp(a - _logsumexp(a[keep])), 0.0)
+            onehot = np.zeros_like(q)
+            onehot[x[b, t]] = 1.0
+            grad[b, t - 1] = u[b, t] * (onehot - q) / tau
     return grad

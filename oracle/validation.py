@@ -28,6 +28,7 @@ __all__ = [
     "check_mask",
     "check_token_array",
     "check_token_ids",
+    "check_support",
     "check_logits",
     "check_hidden_and_weight",
     "check_sequence_array",
@@ -123,6 +124,31 @@ def check_mask(fn: str, mask, name: str = "mask", *, first_column: bool = True) 
             f"got True in row(s) {rows}"
         )
     return m
+
+
+def check_support(fn: str, support, mask: np.ndarray, vocab_size: int) -> np.ndarray:
+    """``support`` [B, T, V] (the logits' shape): bool, or an int/float array whose every element is exactly 0
+    or 1, with at least one kept token at every valid position. Returns a bool array."""
+    arr = as_array(fn, "support", support)
+    if arr.dtype != np.bool_ and not (_is_int_dtype(arr.dtype) or _is_float_dtype(arr.dtype)):
+        raise TypeError(f"{fn}: support: expected a bool (or exactly 0/1 int or float) array [B, T, V], got dtype {arr.dtype}")
+    B, T = mask.shape
+    if arr.shape != (B, T, vocab_size):
+        raise ValueError(f"{fn}: support: expected [B, T, V] = [{B}, {T}, {vocab_size}] like the logits, got shape {arr.shape}")
+    if arr.dtype == np.bool_:
+        s = arr.copy()
+    else:
+        binary = (arr == 0) | (arr == 1)  # NaN compares False: non-binary
+        if not binary.all():
+            where = _first_index(~binary)
+            raise ValueError(f"{fn}: support: expected bool, or every element exactly 0 or 1, got non-binary value "
+                             f"{arr[where].item()!r} at {where}")
+        s = arr == 1
+    empty = mask & ~s.any(axis=2)
+    if empty.any():
+        where = _first_index(empty)
+        raise ValueError(f"{fn}: support: no kept token at valid position {where} (the sampler drew from an empty set)")
+    return s
 
 
 def _check_finite_where(fn: str, name: str, arr: np.ndarray, where: np.ndarray, what: str) -> None:

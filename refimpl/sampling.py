@@ -13,9 +13,18 @@ from __future__ import annotations
 import torch
 
 from refimpl.logprobs import scatter_rows, valid_positions
-from refimpl.validation import check_finite_flag, check_int, check_logits, check_mask, check_real, check_token_ids, compute_dtypes
+from refimpl.validation import (
+    check_finite_flag,
+    check_int,
+    check_logits,
+    check_mask,
+    check_real,
+    check_support,
+    check_token_ids,
+    compute_dtypes,
+)
 
-__all__ = ["sampling_logprobs", "sampling_log_mass"]
+__all__ = ["sampling_logprobs", "sampling_log_mass", "support_logprobs"]
 
 
 def kept_support(a: torch.Tensor, top_k: int, top_p: float, min_p: float) -> torch.Tensor:
@@ -92,3 +101,33 @@ def sampling_log_mass(
     m, z, out_pos, a, keep = _prepare(fn, logits, mask, temperature, top_k, top_p, min_p)
     log_s = a.masked_fill(~keep, float("-inf")).logsumexp(dim=1) - a.logsumexp(dim=1)
     return scatter_rows(log_s, out_pos, m.shape, z.dtype)
+
+
+def support_logprobs(
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    support: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Spec: logprob.sampling (under a given support). sls = a_x − logsumexp_{K} a with a = z[b,t-1]/τ and
+    K = support[b, t] (the engine's kept set, re-applied: DeepSeek-V3.2's keep sampling mask); −inf for a token
+    outside K; 0 at masked positions."""
+    fn = "support_logprobs"
+    m = check_mask(fn, mask)
+    z = check_logits(fn, logits, m)
+    tau = check_real(fn, "temperature", temperature, gt=0.0)
+    ids = check_token_ids(fn, input_ids, m, z.shape[2])
+    s = check_support(fn, support, m, z.shape[2])
+    out_pos, pred_rows = valid_positions(m)
+    _, cdt = compute_dtypes(z)
+    a = z.reshape(-1, z.shape[2]).index_select(0, pred_rows).to(cdt) / tau
+    with torch.no_grad():
+        check_finite_flag(fn, "logits", torch.isfinite(a).all(), "at positions t-1 that predict a valid token t")
+    keep = s.reshape(-1, s.shape[2]).index_select(0, out_pos)
+    targets = ids.reshape(-1).index_select(0, out_pos).long().unsqueeze(1)
+    lse = a.masked_fill(~keep, float("-inf")).logsumexp(dim=1)
+    lp = a.gather(1, targets).squeeze(1) - lse
+    lp = torch.where(keep.gather(1, targets).squeeze(1), lp, torch.full_like(lp, float("-inf")))
+    return scatter_rows(lp, out_pos, m.shape, z.dtype)

@@ -30,6 +30,7 @@ __all__ = [
     "FLOAT_DTYPES",
     "check_float",
     "check_mask",
+    "check_support",
     "check_token_array",
     "check_sequence_array",
     "check_advantages",
@@ -110,6 +111,30 @@ def check_mask(fn: str, mask: object, name: str = "mask", *, first_column: bool 
             f"got True in row(s) {rows}"
         )
     return m
+
+
+def check_support(fn: str, support: object, mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``support`` [B, T, V] (the logits' shape): bool, or int/float with every element exactly 0 or 1, with
+    at least one kept token at every valid position. Returns a bool tensor."""
+    s = _tensor(fn, "support", support, "[B, T, V]")
+    if s.dtype != torch.bool and s.dtype not in _INT_DTYPES and s.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{fn}: support: expected a bool (or exactly 0/1 int or float) tensor [B, T, V], got dtype {s.dtype}")
+    B, T = mask.shape
+    if tuple(s.shape) != (B, T, vocab_size):
+        raise ValueError(f"{fn}: support: expected [B, T, V] = [{B}, {T}, {vocab_size}] like the logits, "
+                         f"got shape {tuple(s.shape)}")
+    if s.dtype != torch.bool:
+        binary = (s == 0) | (s == 1)  # NaN compares False: non-binary
+        if not bool(binary.all()):
+            where = _first_index(~binary)
+            raise ValueError(f"{fn}: support: expected bool, or every element exactly 0 or 1, got non-binary value "
+                             f"{s[where].item()!r} at {where}")
+        s = s == 1
+    empty = mask.to(s.device) & ~s.any(dim=2)
+    if bool(empty.any()):
+        where = _first_index(empty)
+        raise ValueError(f"{fn}: support: no kept token at valid position {where} (the sampler drew from an empty set)")
+    return s
 
 
 def _check_finite_where(fn: str, name: str, x: torch.Tensor, where: torch.Tensor | None, what: str) -> None:

@@ -59,6 +59,7 @@ ROLES = {
     "ids": "[B, T] integer token ids in [0, V) at valid positions",
     "mask": "[B, T] bool (or exact 0/1), mask[:, 0] False",
     "keep": "[B, T] bool keep mask (a subset of the mask)",
+    "support": "[B, T, V] bool (or exact 0/1): the set each token was sampled from, non-empty at valid positions",
     "group": "the group size G, an int >= 1 dividing B",
     "weights": "[B, T] non-negative float weights",
     "versions": "the policy version of each row or token (int >= -1)",

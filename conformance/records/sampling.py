@@ -1,5 +1,6 @@
 """Records of the sampling distribution an inference engine draws from (logprob.sampling): the log-probs
-under the tempered, min-p / top-k / top-p truncated distribution, and the log of the kept mass."""
+under the tempered, min-p / top-k / top-p truncated distribution, the log of the kept mass, and the log-probs
+renormalised over a support the engine recorded (the keep sampling mask)."""
 
 from __future__ import annotations
 
@@ -208,4 +209,84 @@ SAMPLING_LOG_MASS = Quantity(
 )
 
 
-RECORDS = (SAMPLING_LOGPROBS, SAMPLING_LOG_MASS)
+
+# ---------------------------------------------------------------------------------------------------
+# support_logprobs (logprob.sampling under a given support: the engine's kept set, re-applied)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _support_logprobs_inputs(rng: np.random.Generator) -> Inputs:
+    B, T = batch_dims(rng)
+    V = int(rng.integers(2, 13))
+    m = ragged_mask(rng, B, T)
+    z = logits_like(rng, (B, T, V))
+    ids = token_ids(rng, m, V)
+    support = rng.random((B, T, V)) < rng.choice([0.3, 0.6, 1.0])  # any subset: another engine's cut
+    for b, t in _rows(m):  # the sampled token is inside the set it was drawn from
+        support[b, t, ids[b, t]] = True
+    return {"logits": z, "input_ids": ids, "mask": m, "support": support}, {"temperature": temperature(rng)}
+
+
+def _sup(logits, ids, m, support, **kw):
+    return lambda: build("support_logprobs", {"logits": f64(logits), "input_ids": i64(ids), "mask": m,
+                                              "support": np.asarray(support, dtype=bool)}, kw)
+
+
+ALL3, NONE3 = [True, True, True], [False, False, False]
+
+add("support_logprobs/the-engines-support-not-the-trainers",
+    "p = (0.5, 0.3, 0.2) on the trainer's side, the engine kept {1, 2} (its own logits differed): token 1 is "
+    "renormalised over the engine's set, log(0.3 / 0.5), though the trainer's own top-k = 2 would keep {0, 1}",
+    _sup([P532 * 2], [[0, 1]], mask(".x"), [[ALL3, [False, True, True]]]),
+    expect=where(mask(".x"), [[0.0, L(0.3 / 0.5)]]))
+add("support_logprobs/its-own-kept-support-is-sampling-logprobs",
+    "the kept support of top_p = 0.7 on p = (0.5, 0.3, 0.2) is {0, 1}: log(0.3 / 0.8), sampling_logprobs' value",
+    _sup([P532 * 2], [[0, 1]], mask(".x"), [[ALL3, [True, True, False]]]),
+    expect=where(mask(".x"), [[0.0, L(0.3 / 0.8)]]))
+add("support_logprobs/all-kept-is-token-logprobs",
+    "an all-True support at T = 0.7: exactly logprob.token",
+    _sup(grid((2, 5, 4), 2.0), [[1, 2, 3, 1, EOS], [2, 1, 1, 3, 2]], mask("..xxx", ".xxx."),
+         np.ones((2, 5, 4), dtype=bool), temperature=0.7))
+add("support_logprobs/one-token-support",
+    "a support of the sampled token alone: log-prob 0 whatever the logits",
+    _sup([P532 * 2], [[0, 2]], mask(".x"), [[ALL3, [False, False, True]]]),
+    expect=np.zeros((1, 2)))
+add("support_logprobs/temperature-inside-the-support",
+    "T = 0.5 on z = log(0.5, 0.3, 0.2): p ∝ (0.25, 0.09, 0.04); support {0, 2}: token 0 gets log(0.25 / 0.29)",
+    _sup([P532 * 2], [[0, 0]], mask(".x"), [[ALL3, [True, False, True]]], temperature=0.5),
+    expect=where(mask(".x"), [[0.0, L(0.25 / 0.29)]]))
+add("support_logprobs/token-outside-the-support",
+    "a token outside the set it was supposedly drawn from: -inf, no gradient",
+    _sup([P532 * 3], [[0, 0, 2]], mask(".xx"), [[ALL3, [True, False, False], [True, True, False]]]),
+    expect=where(mask(".xx"), [[0.0, 0.0, -inf]]))
+add("support_logprobs/nonfinite-and-empty-support-at-masked",
+    "NaN, +-inf and 1e30 in logits rows that predict no valid token, and empty supports at masked positions, "
+    "change nothing",
+    lambda: build("support_logprobs", {
+        "logits": f64([[[nan, 0.0, 1.0], [0.2, -0.4, 1.0], [inf, -inf, 1e30], [1.0, 0.5, 0.0], [0.0, 0.0, 0.0]]]),
+        "input_ids": i64([[0, 2, 1, 999, 1]]), "mask": mask("..x.x"),
+        "support": np.array([[NONE3, NONE3, [False, True, True], NONE3, [True, True, False]]])},
+        {"temperature": 0.8}))
+add("support_logprobs/empty-mask-row",
+    "a row with no valid token is all 0",
+    _sup(grid((2, 4, 3), phase=2), [[1, 2, 0, 1], [1, 1, 1, 1]], mask(".xx.", "...."),
+         np.ones((2, 4, 3), dtype=bool)))
+
+
+SUPPORT_LOGPROBS = Quantity(
+    "support_logprobs",
+    "logprob.sampling",
+    returns="`[B,T]` (log-prob renormalised over the given support; −inf for a token outside it)",
+    args=(
+        Arg("logits", "[B, T, V]", "logits", grad=True), Arg("input_ids", "[B, T] int", "ids"),
+        Arg("mask", "[B, T] bool", "mask"), Arg("support", "[B, T, V] bool", "support"),
+    ),
+    keywords=(TEMPERATURE(1.0),),
+    inputs=_support_logprobs_inputs,
+    question=("temperature",),
+    golden=entries("support_logprobs"),
+    golden_seeds=(3, 6, 8),
+)
+
+
+RECORDS = (SAMPLING_LOGPROBS, SAMPLING_LOG_MASS, SUPPORT_LOGPROBS)

@@ -879,6 +879,34 @@ def _sampling_grad(a: dict[str, Any], kw: dict[str, Any], u: np.ndarray, mass: b
     return (out,)
 
 
+def _given_support(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(a, keep) [B, T, V] with keep the recorded support of each position (all True where masked)."""
+    m = a["mask"]
+    keep = np.where(m[:, :, None], np.asarray(a["support"]) == 1, True)
+    return _shifted_logits(a["logits"], m, kw.get("temperature", 1.0)), keep
+
+
+def support_logprobs(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    z, keep = _given_support(a, kw)
+    ids = np.where(m, a["input_ids"], 0)[:, :, None]
+    inside = np.take_along_axis(keep, ids, axis=-1)[..., 0]
+    value = np.take_along_axis(z, ids, axis=-1)[..., 0] - _kept_logsumexp(z, keep)
+    return (np.where(m, np.where(inside, value, -np.inf), 0.0),)
+
+
+def _support_grad(a: dict[str, Any], kw: dict[str, Any], u: np.ndarray) -> tuple[np.ndarray, ...]:
+    m = a["mask"]
+    z, keep = _given_support(a, kw)
+    q = np.where(keep, np.exp(z - _kept_logsumexp(z, keep)[..., None]), 0.0)
+    ids = np.where(m, a["input_ids"], 0)[:, :, None]
+    onehot = (np.arange(z.shape[-1]) == ids).astype(np.float64)
+    g = (onehot - q) * np.take_along_axis(keep, ids, axis=-1) * (_clean(m, u) * m)[:, :, None] / kw.get("temperature", 1.0)
+    out = np.zeros_like(g)
+    out[:, :-1] = g[:, 1:]  # position t's value reads the logits of t - 1
+    return (out,)
+
+
 def _mismatch_deltas(a: dict[str, Any], kw: dict[str, Any]):
     m = a["mask"]
     d = np.where(m, _clean(m, a["old_logp"]) - _clean(m, a["rollout_logp"]), 0.0)
@@ -916,6 +944,7 @@ HAND: dict[str, Callable[[dict[str, Any], dict[str, Any]], tuple[Any, ...]]] = {
     "token_entropy_from_hidden": token_entropy_from_hidden,
     "sampling_logprobs": sampling_logprobs,
     "sampling_log_mass": sampling_log_mass,
+    "support_logprobs": support_logprobs,
     "mismatch_metric": mismatch_metric,
     "sequence_mismatch_metric": sequence_mismatch_metric,
     "reinforce_advantages": reinforce_advantages,
@@ -1013,6 +1042,7 @@ HAND_GRAD: dict[str, Callable[[dict[str, Any], dict[str, Any], Any], tuple[Any, 
     "token_entropy_from_hidden": lambda a, kw, u: _fused_grad(a, kw, u, entropy=True),
     "sampling_logprobs": lambda a, kw, u: _sampling_grad(a, kw, u, mass=False),
     "sampling_log_mass": lambda a, kw, u: _sampling_grad(a, kw, u, mass=True),
+    "support_logprobs": _support_grad,
     "kl_penalty": lambda a, kw, u: (_clean(a["mask"], u) * _kl(a["logp"], a["ref_logp"], a["mask"], kw)[1],),
     "pg_token_loss": lambda a, kw, u: (_zero_masked(a["mask"], -_adv(a) * _clean(a["mask"], u)),),
     "ppo_token_loss": lambda a, kw, u: (_clean(a["mask"], u) * _ppo(a, kw)[1],),

@@ -281,10 +281,11 @@ def _ragged(x: Any) -> list:
 
 FLOAT_ROLES = frozenset({"token", "optional token", "adv", "seq", "logits", "hidden", "weight", "weights",
                          "optional weights"})
-ARRAY_ROLES = FLOAT_ROLES | {"mask", "ids", "versions", "keep", "lengths", "flags"}
+ARRAY_ROLES = FLOAT_ROLES | {"mask", "ids", "versions", "keep", "lengths", "flags", "support"}
 BATCHED = frozenset({"token", "optional token", "adv", "seq", "logits", "hidden", "ids", "versions", "keep", "weights",
-                     "optional weights", "lengths", "flags"})  # share B with the mask (or are the batch, without one)
-TIMED = frozenset({"token", "optional token", "logits", "hidden", "ids", "keep", "weights", "optional weights"})  # share T with the mask
+                     "optional weights", "lengths", "flags", "support"})  # share B with the mask (or are the batch, without one)
+TIMED = frozenset({"token", "optional token", "logits", "hidden", "ids", "keep", "weights", "optional weights",
+                   "support"})  # share T with the mask
 BOTH = ("oracle", "refimpl")
 
 
@@ -306,7 +307,8 @@ ARRAY_MUTATIONS: list[Mutation] = [
     # dtypes and Python types
     _m("int dtype", FLOAT_ROLES, TypeError, lambda c, n: _cast(c.value(n), "int")),
     _m("bool dtype", FLOAT_ROLES | {"ids", "versions", "lengths"}, TypeError, lambda c, n: _cast(c.value(n), "bool")),
-    _m("complex dtype", FLOAT_ROLES | {"mask", "ids", "versions", "keep", "lengths", "flags"}, TypeError, lambda c, n: _cast(c.value(n), "complex")),
+    _m("complex dtype", FLOAT_ROLES | {"mask", "ids", "versions", "keep", "lengths", "flags", "support"}, TypeError,
+       lambda c, n: _cast(c.value(n), "complex")),
     _m("float dtype", {"ids", "versions", "lengths"}, TypeError, lambda c, n: _cast(c.value(n), "float")),
     _m("a str", ARRAY_ROLES, TypeError, lambda c, n: "not an array"),
     _m("None", ARRAY_ROLES - {"optional token", "optional weights"}, TypeError, lambda c, n: None),
@@ -352,6 +354,11 @@ ARRAY_MUTATIONS: list[Mutation] = [
     _m("int mask with -1", {"mask", "keep"}, ValueError, lambda c, n: _mask_with(c, "int", -1, n)),
     _m("negative weight at a valid position", {"weights", "optional weights"}, ValueError,
        lambda c, n: _set(c.value(n), _first_valid(c), -0.5)),
+    # the sets the tokens were drawn from: [B, T, V] like the logits, 0/1, never empty where read
+    _m("float support with 0.5", {"support"}, ValueError, lambda c, n: _set(_cast(c.value(n), "float"), _first_valid(c) + (0,), 0.5)),
+    _m("int support with 2", {"support"}, ValueError, lambda c, n: _set(_cast(c.value(n), "int"), _first_valid(c) + (0,), 2)),
+    _m("empty support at a valid position", {"support"}, ValueError, lambda c, n: _set(c.value(n), _first_valid(c), False)),
+    _m("vocabulary mismatch", {"support"}, ValueError, lambda c, n: _drop(c.value(n), 2)),
     _m("mask[:, 0] set", {"mask"}, ValueError, lambda c, n: _set(c.value(n), (0, 0), True)),
     _m("mask[:, 0] set (float mask)", {"mask"}, ValueError, lambda c, n: _set(_cast(c.value(n), "float"), (0, 0), 1.0)),
 ]

@@ -13,7 +13,7 @@ VERSION = "a66b0bf"  # the version the presets were read for
 
 SCOPE: tuple[str, ...] | None = None  # every function was read
 # Added by spec v1.2 after the read: not read yet (neither canonical nor a preset).
-UNREAD = ("sampling_logprobs", "sampling_log_mass", "mismatch_metric", "sequence_mismatch_metric")
+UNREAD = ("sampling_logprobs", "sampling_log_mass", "support_logprobs", "mismatch_metric", "sequence_mismatch_metric")
 
 
 PRESETS: tuple[Preset, ...] = (

@@ -14,7 +14,7 @@ VERSION = "0.9.1"  # the version the presets were read for
 SCOPE: tuple[str, ...] | None = None  # every function was read
 # Added by spec v1.2: the mismatch metrics were read (PRESETS), the sampling distribution was not (verl samples
 # with its engines).
-UNREAD = ("sampling_logprobs", "sampling_log_mass")
+UNREAD = ("sampling_logprobs", "sampling_log_mass", "support_logprobs")
 
 
 PRESETS: tuple[Preset, ...] = (
