@@ -36,7 +36,7 @@ def trace_config(cfg: TrainConfig, eos_id: int) -> dict[str, Any]:
         "grpo_std_ddof": cfg.grpo_std_ddof, "grpo_eps": cfg.grpo_eps, "reinforce_baseline": cfg.reinforce_baseline,
         "grad_reduce": "mean", "eos_token_id": eos_id, "correction": cfg.correction,
         "loss_mask_subset": cfg.correction != "none", "rollout_rows": rows,
-        "sampling": {"temperature": cfg.temperature, **UNTRUNCATED},
+        "sampling": {"temperature": cfg.temperature, **UNTRUNCATED, "top_k": cfg.top_k, "top_p": cfg.top_p},
     }
     if cfg.algo == "ppo":
         out.update(gamma=cfg.gamma, lam=cfg.lam, whiten_advantages=cfg.whiten_advantages, kl_reward_coef=cfg.kl_reward_coef,

@@ -210,9 +210,16 @@ class TrainerVerifier:
             lp = _np(mb.logp)
             if mb.hidden is not None and W is not None and rec.fused:
                 h = mb.hidden.numpy()
-                exp_lp = oracle.token_logprobs_from_hidden(h, W, ids, m, temperature=tau)
-                self._record(step, "logp", "logprob.fused",
-                             _compare(lp, exp_lp, tolerance("logprob.fused", "float32", "value"), "logp"), where)
+                if mb.support is None:
+                    exp_lp = oracle.token_logprobs_from_hidden(h, W, ids, m, temperature=tau)
+                    self._record(step, "logp", "logprob.fused",
+                                 _compare(lp, exp_lp, tolerance("logprob.fused", "float32", "value"), "logp"), where)
+                else:  # keep_sampling_mask: renormalised over the sets the tokens were drawn from
+                    logits = h.astype(np.float64) @ W.astype(np.float64).T
+                    exp_lp = oracle.support_logprobs(logits, ids, m, mb.support.numpy(), temperature=tau)
+                    self._record(step, "logp", "logprob.sampling",
+                                 _compare(lp, exp_lp, tolerance("logprob.fused", "float32", "value"), "logp"), where,
+                                 note="support_logprobs over the recorded sampling support (keep_sampling_mask)")
                 exp_H = oracle.token_entropy_from_hidden(h, W, m, temperature=tau)
                 self._record(step, "entropy", "logprob.fused",
                              _compare(_np(mb.entropy), exp_H, tolerance("logprob.fused", "float32", "value"), "entropy"), where)
@@ -458,9 +465,14 @@ class TrainerVerifier:
         bfloat16 and float32 forwards on the same batch (as ``rlspec check --adapter vllm`` holds it)."""
         cfg, ro = rec.config, rec.rollout
         ids = ro.input_ids.numpy()
-        exp = oracle.sampling_logprobs(_np(ro.behav_check_logits), ids, m, temperature=cfg.temperature)
+        if ro.support is not None:  # truncated: renormalised over the set the engine drew each token from
+            K = ro.support.numpy()
+            expected = lambda z: oracle.support_logprobs(z, ids, m, K, temperature=cfg.temperature)  # noqa: E731
+        else:
+            expected = lambda z: oracle.sampling_logprobs(z, ids, m, temperature=cfg.temperature)  # noqa: E731
+        exp = expected(_np(ro.behav_check_logits))
         if cfg.actor_dtype == "bfloat16":
-            half = oracle.sampling_logprobs(_np(ro.behav_check_logits_half), ids, m, temperature=cfg.temperature)
+            half = expected(_np(ro.behav_check_logits_half))
             gap = float(np.max(np.abs(half - exp)[m])) if m.any() else 0.0
             tol = Tol(rtol=0.0, atol=2 * gap + 1e-5, reason=f"twice the actor's bfloat16-forward gap ({gap:.3g})")
             note = f"bfloat16 engine: within twice the actor's own bfloat16 forward's gap (last {gap:.3g})"

@@ -184,6 +184,7 @@ def _train(args: argparse.Namespace, started_dist: bool) -> int:
             if args.out:
                 overrides["out_dir"] = args.out
             saved = TrainConfig.from_dict(load_checkpoint_config(args.resume))
+            _traceable(args, saved.keep_sampling_mask)
             if args.verify and overrides.get("engine", saved.engine) == "vllm":
                 overrides["engine_check"] = True
             trainer = _trainer_class(saved).resume(args.resume, overrides=overrides, on_step=hook,
@@ -191,6 +192,7 @@ def _train(args: argparse.Namespace, started_dist: bool) -> int:
             log(f"[train] resumed {trainer._resumed_from} at step {trainer.step}")
         else:
             cfg = TrainConfig(**overrides)
+            _traceable(args, cfg.keep_sampling_mask)
             cfg.out_dir = args.out or str(Path(DEFAULT_OUT_ROOT) / f"{cfg.algo}-{cfg.loss}-seed{cfg.seed}")
             if (Path(cfg.out_dir) / "checkpoints" / "latest").exists() and not args.overwrite:
                 raise ValueError(f"--out {cfg.out_dir}: holds a run already; continue it with --resume {cfg.out_dir}, "
@@ -204,6 +206,7 @@ def _train(args: argparse.Namespace, started_dist: bool) -> int:
         if cfg.asynchronous:
             log(f"[train] asynchronous: {cfg.num_actors} Ray rollout actor(s) ({cfg.engine}) in {cfg.actor_dtype}, max staleness "
                 f"{cfg.max_staleness}, correction {cfg.correction}")
+            log(f"[train] {_behaviour_line(cfg)}")
         summary = trainer.train()
     except VerificationError as exc:
         print(f"rlspec train: FAIL\n{exc}", file=sys.stderr)
@@ -230,6 +233,27 @@ def _train(args: argparse.Namespace, started_dist: bool) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
     return 0
+
+
+def _traceable(args: argparse.Namespace, keep_sampling_mask: bool) -> None:
+    if args.trace and keep_sampling_mask:
+        raise ValueError("--trace: keep_sampling_mask runs cannot be traced yet: the trace format (rlspec.trace v1) "
+                         "records no sampling support, so `rlspec replay` would score the tokens over the whole "
+                         "vocabulary and report a mismatch that is not there")
+
+
+def _behaviour_line(cfg: Any) -> str:
+    """What the behaviour log-probs are, and what that makes rho = pi_old / pi_behav under truncation."""
+    line = f"behaviour log-probs: {cfg.behav_logprobs} form"
+    if not (cfg.top_k > 0 or cfg.top_p < 1.0):
+        return line + " (untruncated sampler: both forms are the tempered log-softmax)"
+    line += f"; sampler truncated (top_k {cfg.top_k}, top_p {cfg.top_p}): "
+    if cfg.keep_sampling_mask:
+        return line + "the learner renormalises its log-probs over each token's sampling support (keep_sampling_mask)"
+    if cfg.behav_logprobs == "sampling":
+        return line + ("against the learner's full-support log-probs rho carries the kept mass S (rho = S < 1 "
+                       "on-policy); --keep-sampling-mask or --behav-logprobs full removes it")
+    return line + "full-support log-probs on both sides of rho"
 
 
 def _trainer_class(cfg: Any) -> type:

@@ -94,9 +94,10 @@ class RolloutWorker:
         prompts = sample_prompts(self.task, cfg.seed, step, cfg.prompts_per_step)
         batch = generate(self.lm, self.task, prompts, group_size=cfg.group_size, temperature=cfg.temperature,
                          max_new_tokens=cfg.max_new_tokens, seed=derived_seed(cfg.seed, step, 0, 0x5A3),
-                         device=torch.device("cpu"), behaviour_logp=True)
+                         device=torch.device("cpu"), behaviour_logp=True, top_k=cfg.top_k, top_p=cfg.top_p,
+                         behav_form=cfg.behav_logprobs, support=cfg.keep_sampling_mask)
         fields = {k: getattr(batch, k) for k in ("input_ids", "attention_mask", "position_ids", "mask", "rewards",
-                                                 "correct", "completion_lengths", "truncated", "behav_logp")}
+                                                 "correct", "completion_lengths", "truncated", "behav_logp", "support")}
         return {"step": step, "version": self.version, "actor": self.index, "pid": os.getpid(),
                 "gen_s": time.perf_counter() - t0, "prompt_width": batch.prompt_width, **fields}
 
@@ -155,7 +156,7 @@ class RolloutPipeline:
         B = out["input_ids"].shape[0]
         tensors = {k: out[k].to(device) for k in ("input_ids", "attention_mask", "position_ids", "mask", "rewards",
                                                   "correct", "completion_lengths", "truncated", "behav_logp")}
-        for k in ("behav_check_logits", "behav_check_logits_half"):  # engine_check
+        for k in ("behav_check_logits", "behav_check_logits_half", "support"):  # engine_check, keep_sampling_mask
             if out.get(k) is not None:
                 tensors[k] = out[k].to(device)
         batch = Batch(prompt_width=out["prompt_width"], behav_version=torch.full((B,), out["version"], dtype=torch.long,

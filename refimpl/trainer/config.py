@@ -29,6 +29,7 @@ CORRECTIONS = ("none", "tis_token", "tis_sequence", "mis_token", "rejection", "d
 ACTOR_DTYPES = ("float32", "bfloat16")
 ENGINES = ("hf", "vllm")
 ENGINE_LOGPROBS = ("processed_logprobs", "raw_logprobs")
+BEHAV_FORMS = ("sampling", "full")  # the form of the behaviour log-probs the rollout actors record
 # vLLM 0.32.0 CPU attention (v1/attention/backends/cpu_attn.py:69-70 get_supported_head_sizes)
 VLLM_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 OWN_MAX_NEW_TOKENS = 64  # the completion budget of a local model's run when max_new_tokens is None
@@ -191,6 +192,22 @@ class TrainConfig:
     """Which log-probs the vLLM engine reports as behaviour log-probs: "processed_logprobs" (under the tempered
     distribution each token was drawn from: logprob.sampling) or "raw_logprobs" (vLLM's default: the untempered
     log-softmax, the wrong behaviour log-probs at temperature != 1; --verify's engine_logp check fails on them)."""
+    top_k: int = 0
+    """Truncation of the rollout actors' sampler (asynchronous mode): keep the top_k most probable tokens (ties
+    kept; 0: no top-k). The actors then sample from the tempered, truncated distribution of logprob.sampling."""
+    top_p: float = 1.0
+    """... and the smallest nucleus of mass top_p, after top-k (1: no top-p)."""
+    behav_logprobs: str = "sampling"
+    """The form of the behaviour log-probs the actors record: "sampling" (under the truncated distribution each
+    token was drawn from: logprob.sampling, vLLM's processed_logprobs) or "full" (the full-support tempered
+    log-softmax: logprob.token; transformers actors, or vLLM without truncation). Under truncation, "sampling"
+    against the learner's full-support log-probs puts the kept mass S into rho = pi_old / pi_behav (rho = S < 1
+    on-policy: TRL #6789, vLLM #42259); keep_sampling_mask or "full" removes it. The run logs which."""
+    keep_sampling_mask: bool = False
+    """DeepSeek-V3.2's keep sampling mask: the actors record the support each token was drawn from ([B, T, V]
+    bool) and the learner renormalises its current, old and reference log-probs over it (support_logprobs), so
+    that rho compares two distributions over the same tokens. Needs behav_logprobs "sampling"; the entropy stays
+    the full-support one."""
     engine_check: bool = False
     """The actors also return their own transformers forward of each batch (float32 and bfloat16 logits), so
     that ``--verify`` checks the engine's behaviour log-probs against logprob.sampling of the actor's weights
@@ -234,6 +251,7 @@ class TrainConfig:
         _choice("actor_dtype", c.actor_dtype, ACTOR_DTYPES)
         _choice("engine", c.engine, ENGINES)
         _choice("engine_logprobs", c.engine_logprobs, ENGINE_LOGPROBS)
+        _choice("behav_logprobs", c.behav_logprobs, BEHAV_FORMS)
         _choice("rejection_level", c.rejection_level, REJECTION_LEVELS)
         low, high = LOSS_CLIP_DEFAULTS[c.loss]
         if c.eps_low is None:
@@ -277,6 +295,23 @@ class TrainConfig:
             raise ValueError(f"TrainConfig: correction={c.correction!r}, actor_dtype={c.actor_dtype!r}: only for the "
                              "asynchronous mode (asynchronous=True, rlspec train --async); the synchronous trainer "
                              "samples with the learner's own weights")
+        if int(c.top_k) < 0 or not 0.0 < float(c.top_p) <= 1.0:
+            raise ValueError(f"TrainConfig: top_k, top_p: expected top_k >= 0 and 0 < top_p <= 1, got {c.top_k!r}, {c.top_p!r}")
+        truncated = c.top_k > 0 or c.top_p < 1.0
+        if (truncated or c.keep_sampling_mask) and not c.asynchronous:
+            raise ValueError(f"TrainConfig: top_k={c.top_k!r}, top_p={c.top_p!r}, keep_sampling_mask={c.keep_sampling_mask!r}: "
+                             "truncated sampling is for the asynchronous mode's rollout actors (asynchronous=True, "
+                             "rlspec train --async); the synchronous trainer samples from the full tempered distribution "
+                             "its log-probs describe")
+        if c.keep_sampling_mask and c.behav_logprobs != "sampling":
+            raise ValueError("TrainConfig: keep_sampling_mask: renormalises the learner's log-probs over the sampled "
+                             "support, so the behaviour log-probs must be the sampling ones (behav_logprobs 'sampling'), "
+                             f"got behav_logprobs {c.behav_logprobs!r}")
+        if c.engine == "vllm" and truncated and (c.behav_logprobs == "full" or c.engine_logprobs != "processed_logprobs"):
+            raise ValueError(f"TrainConfig: behav_logprobs, engine_logprobs: vLLM reports no full-support tempered "
+                             f"log-probs of a truncated sampler (top_k={c.top_k}, top_p={c.top_p}): use behav_logprobs "
+                             f"'sampling' with engine_logprobs 'processed_logprobs', got {c.behav_logprobs!r}, "
+                             f"{c.engine_logprobs!r}")
         if c.engine != "hf" and not c.asynchronous:
             raise ValueError(f"TrainConfig: engine: {c.engine!r} samples in the asynchronous mode's rollout actors "
                              "(asynchronous=True, rlspec train --async); the synchronous trainer samples with its own weights")

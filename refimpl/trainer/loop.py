@@ -89,6 +89,7 @@ class MicroRecord:
     is_weights: torch.Tensor | None = None  # the rollout correction's constant weights (weighted corrections)
     keep: torch.Tensor | None = None  # bool: the tokens the rejection keeps (weighted corrections)
     cp_columns: torch.Tensor | None = None  # context parallelism: this rank's token columns (the loss's shard)
+    support: torch.Tensor | None = None  # keep_sampling_mask: [b, T, V] the sets the tokens were drawn from
 
 
 @dataclass
@@ -111,6 +112,7 @@ class RolloutRecord:
     behav_version: torch.Tensor | None = None  # [B] the weights version that sampled each row
     behav_check_logits: torch.Tensor | None = None  # engine_check: the actor's float32 forward of the batch [B, T, V]
     behav_check_logits_half: torch.Tensor | None = None  # ... and its bfloat16 forward
+    support: torch.Tensor | None = None  # [B, T, V] the sets the tokens were drawn from (recorded by the actor)
     is_weights: torch.Tensor | None = None
     keep: torch.Tensor | None = None
     # when the hook wants hidden states: the forwards that produced old_logp and ref_logp, and their LM heads
@@ -381,7 +383,8 @@ class Trainer:
         with torch.no_grad():
             for start in range(0, batch.size, self.rows_per_micro):
                 mb = batch.rows(start, start + self.rows_per_micro)
-                args = (mb.input_ids, mb.attention_mask, mb.position_ids, mb.mask, temp)
+                args = (mb.input_ids, mb.attention_mask, mb.position_ids, mb.mask, temp,
+                        mb.support if self.cfg.keep_sampling_mask else None)
                 outs.append(run_policy(self.model, *args))
                 refs.append(run_policy(self.ref, *args))
         batch.old_logp = torch.cat([o.logp for o in outs])
@@ -439,7 +442,8 @@ class Trainer:
                 token_rewards=_cpu(g.token_rewards) if g else None, advantages_raw=_cpu(g.advantages_raw) if g else None,
                 returns=_cpu(g.returns) if g else None, behav_logp=_cpu(batch.behav_logp),
                 behav_version=_cpu(batch.behav_version), behav_check_logits=_cpu(batch.behav_check_logits),
-                behav_check_logits_half=_cpu(batch.behav_check_logits_half), is_weights=_cpu(batch.is_weights),
+                behav_check_logits_half=_cpu(batch.behav_check_logits_half), support=_cpu(batch.support),
+                is_weights=_cpu(batch.is_weights),
                 keep=_cpu(batch.keep),
                 **(self._scored or {}),
             )
@@ -560,7 +564,9 @@ class Trainer:
     def _micro(self, batch: Batch, a: int, b: int, counts: Any, *, capture: bool) -> tuple[dict[str, torch.Tensor], MicroRecord | None]:
         cfg = self.cfg
         mb = batch.rows(a, b)
-        out = run_policy(self.model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.mask, cfg.temperature)
+        support = mb.support if cfg.keep_sampling_mask else None  # (an engine check may record it alone)
+        out = run_policy(self.model, mb.input_ids, mb.attention_mask, mb.position_ids, mb.mask, cfg.temperature,
+                         support)
         if capture:
             out.logp.retain_grad()
             if out.values is not None:
@@ -629,7 +635,7 @@ class Trainer:
                 value_loss=None if value_loss is None else float(value_loss.detach()),
                 grad_values=_cpu(out.values.grad) if out.values is not None and out.values.grad is not None else None,
                 hidden=_cpu(out.hidden) if wants_hidden else None, behav_logp=_cpu(mb.behav_logp),
-                is_weights=_cpu(mb.is_weights), keep=_cpu(mb.keep), cp_columns=_cpu(tok),
+                is_weights=_cpu(mb.is_weights), keep=_cpu(mb.keep), cp_columns=_cpu(tok), support=_cpu(support),
             )
         return stats, rec
 

@@ -1,6 +1,7 @@
 """Rollouts: sample ``group_size`` completions per prompt with ``model.generate`` at the configured
-temperature (no top-k / top-p, so the samples come from exactly the distribution the log-probs
-describe), score them with the task's verifiable reward, and lay them out in spec conventions."""
+temperature (the synchronous trainer without top-k / top-p, so the samples come from exactly the distribution its
+log-probs describe; the asynchronous actors optionally truncated), score them with the task's verifiable reward,
+and lay them out in spec conventions."""
 
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ class Batch:
     # bfloat16 weights), against which --verify checks behav_logp
     behav_check_logits: torch.Tensor | None = None
     behav_check_logits_half: torch.Tensor | None = None
+    # keep_sampling_mask (and engine_check under truncation): the set each token was drawn from, [B, T, V] bool
+    support: torch.Tensor | None = None
     # filled in by the trainer
     old_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
@@ -70,7 +73,8 @@ class Batch:
         return int(self.input_ids.shape[0])
 
 
-# The sampler draws from softmax(z / T) over the whole vocabulary: the distribution the log-probs describe.
+# The synchronous sampler draws from softmax(z / T) over the whole vocabulary: the distribution the log-probs
+# describe. The asynchronous actors may add top-k / top-p (TrainConfig.top_k, top_p); nothing else, ever.
 UNTRUNCATED = {"top_k": 0, "top_p": 1.0, "min_p": None, "repetition_penalty": 1.0}
 
 
@@ -97,48 +101,61 @@ def prompt_tensors(task: Task, prompts: list[Any], group_size: int,
 @torch.no_grad()
 def generate(lm: torch.nn.Module, task: Task, prompts: list[Any], *, group_size: int,
              temperature: float, max_new_tokens: int, seed: int, device: torch.device,
-             behaviour_logp: bool = False) -> Batch:
-    """Sample ``group_size`` completions per prompt (seeded: the same seed gives the same batch).
+             behaviour_logp: bool = False, top_k: int = 0, top_p: float = 1.0, behav_form: str = "sampling",
+             support: bool = False) -> Batch:
+    """Sample ``group_size`` completions per prompt (seeded: the same seed gives the same batch), from the
+    tempered distribution truncated by ``top_k`` / ``top_p`` (transformers' warpers: temperature, top-k, top-p).
 
-    ``behaviour_logp``: also record, at sampling time, the log-probability of every sampled token under
-    the distribution it was drawn from (``log_softmax`` of the decoding step's float32 logits at the
-    temperature: what an inference engine returns), in ``Batch.behav_logp``."""
+    ``behaviour_logp``: also record, at sampling time, the log-probability of every sampled token in
+    ``Batch.behav_logp``, from the decoding step's float32 logits at the temperature: ``behav_form`` "sampling"
+    renormalised over the set the token was drawn from (the warpers' finite scores: logprob.sampling, what vLLM's
+    processed_logprobs return), "full" over the whole vocabulary (logprob.token). ``support``: also record that set
+    ([B, T, V] bool) in ``Batch.support``."""
     from transformers import GenerationConfig
 
     P = task.prompt_width
     n = len(prompts) * group_size
     prompt, prompt_att = prompt_tensors(task, prompts, group_size, device)
     gen_config = GenerationConfig(
-        do_sample=True, temperature=float(temperature), **UNTRUNCATED, typical_p=1.0,
+        do_sample=True, temperature=float(temperature), **{**UNTRUNCATED, "top_k": int(top_k), "top_p": float(top_p)},
+        typical_p=1.0,
         max_new_tokens=int(max_new_tokens), min_new_tokens=0,
         pad_token_id=task.pad_id, eos_token_id=task.eos_id, use_cache=True,
-        return_dict_in_generate=behaviour_logp, output_logits=behaviour_logp,
+        return_dict_in_generate=behaviour_logp or support, output_logits=behaviour_logp or support,
+        output_scores=behaviour_logp or support,
     )
     devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
         out = lm.generate(input_ids=prompt, attention_mask=prompt_att, generation_config=gen_config)
-    step_logits = out.logits if behaviour_logp else None
-    out = out.sequences if behaviour_logp else out
+    recorded = behaviour_logp or support
+    step_logits, step_scores = (out.logits, out.scores) if recorded else (None, None)
+    out = out.sequences if recorded else out
     completion = torch.full((n, max_new_tokens), task.pad_id, dtype=torch.long, device=device)
     gen = out[:, P:]
     completion[:, : gen.shape[1]] = gen
-    behav = None
+    behav = kept = None
     if step_logits is not None:  # decoding step j predicted completion token j
         behav = torch.zeros((n, max_new_tokens), dtype=torch.float32, device=device)
-        for j, logits in enumerate(step_logits):
-            lp = torch.log_softmax(logits.float() / float(temperature), dim=-1)
-            behav[:, j] = lp.gather(1, completion[:, j:j + 1]).squeeze(1)
-    return layout_batch(task, prompts, group_size, completion, behav, device=device)
+        kept = torch.zeros((n, max_new_tokens, step_logits[0].shape[-1]), dtype=torch.bool, device=device)
+        for j, (logits, scores) in enumerate(zip(step_logits, step_scores)):
+            a = logits.float() / float(temperature)
+            kept[:, j] = torch.isfinite(scores)  # the warpers set every token they cut to -inf
+            if behav_form == "sampling":
+                a = a.masked_fill(~kept[:, j], float("-inf"))
+            behav[:, j] = torch.log_softmax(a, dim=-1).gather(1, completion[:, j:j + 1]).squeeze(1)
+    return layout_batch(task, prompts, group_size, completion, behav if behaviour_logp else None, device=device,
+                        support=kept if support else None)
 
 
 def layout_batch(task: Task, prompts: list[Any], group_size: int, completion: torch.Tensor,
-                 behav: torch.Tensor | None, *, device: torch.device) -> Batch:
+                 behav: torch.Tensor | None, *, device: torch.device, support: torch.Tensor | None = None) -> Batch:
     """The :class:`Batch` of ``group_size`` completions per prompt: ``completion`` [n, max_new_tokens] holds
     each row's sampled tokens (rows ``i*group_size ...`` belong to prompt ``i``; anything after the first EOS is
     ignored and becomes padding), ``behav`` [n, max_new_tokens] the behaviour log-prob of each sampled token (or
-    None). Prompts are left-padded to the task's prompt width; the loss mask covers the completion through its
-    first EOS; rewards come from the task's verifier."""
+    None), ``support`` [n, max_new_tokens, V] the set each was drawn from (or None). Prompts are left-padded to
+    the task's prompt width; the loss mask covers the completion through its first EOS; rewards come from the
+    task's verifier."""
     P = task.prompt_width
     n, max_new_tokens = completion.shape
     prompt, prompt_att = prompt_tensors(task, prompts, group_size, device)
@@ -170,6 +187,8 @@ def layout_batch(task: Task, prompts: list[Any], group_size: int, completion: to
         truncated=~has_eos,
         prompt_width=P,
         behav_logp=behav_logp,
+        support=None if support is None else torch.cat(
+            [torch.zeros((n, P, support.shape[2]), dtype=torch.bool, device=device), support.to(device)], dim=1),
     )
 
 

@@ -57,9 +57,11 @@ class PolicyModel(nn.Module):
             nn.init.zeros_(self.value_head.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                mask: torch.Tensor, temperature: float) -> tuple[torch.Tensor, ...]:
+                mask: torch.Tensor, temperature: float, support: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
         """(logp, entropy, values or an empty tensor, hidden): a tuple, so DDP sees plain tensors;
-        :func:`run_policy` wraps it in a :class:`PolicyOutput`."""
+        :func:`run_policy` wraps it in a :class:`PolicyOutput`. With ``support`` ([B, T, V] bool, the sets the
+        tokens were sampled from: the keep sampling mask) the log-probs are renormalised over it
+        (``support_logprobs``, through materialised logits); the entropy stays the full-support one."""
         base = self.lm.base_model
         hidden = base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                       use_cache=False).last_hidden_state
@@ -73,6 +75,9 @@ class PolicyModel(nn.Module):
                              use_cache=False).logits
             logp = refimpl.token_logprobs(logits, input_ids, mask, temperature=temperature)
             entropy = refimpl.token_entropy(logits, mask, temperature=temperature)
+        if support is not None:
+            logits = head(hidden) if self.fused else logits
+            logp = refimpl.support_logprobs(logits, input_ids, mask, support, temperature=temperature)
         values = None
         if self.value_head is not None:
             v = self.value_head(hidden).squeeze(-1).float()  # v[:, s]: value of the state after token s
@@ -85,9 +90,9 @@ class PolicyModel(nn.Module):
 
 
 def run_policy(module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-               mask: torch.Tensor, temperature: float) -> PolicyOutput:
+               mask: torch.Tensor, temperature: float, support: torch.Tensor | None = None) -> PolicyOutput:
     """Call a :class:`PolicyModel` (or its DDP wrapper) and name its outputs."""
-    logp, entropy, values, hidden = module(input_ids, attention_mask, position_ids, mask, temperature)
+    logp, entropy, values, hidden = module(input_ids, attention_mask, position_ids, mask, temperature, support)
     return PolicyOutput(logp, entropy, values if values.numel() else None, hidden)
 
 

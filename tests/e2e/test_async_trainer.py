@@ -21,22 +21,14 @@ ray = pytest.importorskip("ray", reason="asynchronous training needs Ray (the [a
 
 from refimpl.trainer.async_trainer import AsyncTrainer  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("local_ray")
+
 TINY = dict(prompts_per_step=4, group_size=4, hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64,
             checkpoint_every=0)
 
 
 def tiny(**kw) -> TrainConfig:
     return TrainConfig(**{**TINY, **kw})
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
 
 
 @pytest.fixture
