@@ -45,7 +45,7 @@ class VllmAdapter(SubprocessAdapter):
     def generate(self, model: str, prompts: list[list[int]], *, dtype: str, logprobs_mode: str, max_tokens: int,
                  temperature: float, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
                  seed: int = 0, stop_token_ids: list[int] | None = None, weights_version: int = 0,
-                 max_model_len: int = 64) -> dict[str, Any]:
+                 max_model_len: int = 64, support: bool = False) -> dict[str, Any]:
         """``max_tokens`` tokens from each prompt (token ids) with one ``SamplingParams`` each (request ``i``
         seeded ``seed + i``) on the engine for ``(model, dtype, logprobs_mode)``: ``token_ids`` [N, max_tokens],
         ``logprobs`` (what vLLM reports for each sampled token), ``prompt_logprobs`` [N, P] (0 in column 0 and
@@ -55,7 +55,9 @@ class VllmAdapter(SubprocessAdapter):
         (included; ``lengths`` [N] says where each ends, 0 after), without them every one has ``max_tokens``.
         ``weights_version``: the version of the weights in the folder (after ``reload_weights``), so that the
         worker's answer cache never hands back another version's tokens. ``max_model_len``: the engine's
-        longest sequence (prompt + completion), an engine setting like the dtype."""
+        longest sequence (prompt + completion), an engine setting like the dtype. ``support`` (``processed_logprobs``
+        mode): also ``support`` [N, max_tokens, V] bool, the set each token was drawn from (its finite processed
+        log-probs, asked with ``logprobs=-1``)."""
         fn = "vllm.generate"
         io.choice(fn, "dtype", dtype, self.dtypes)
         io.choice(fn, "logprobs_mode", logprobs_mode, MODES)
@@ -71,8 +73,11 @@ class VllmAdapter(SubprocessAdapter):
             params["weights_version"] = int(weights_version)
         if max_model_len != 64:
             params["max_model_len"] = int(max_model_len)
+        if support:
+            params["support"] = True
         out = self._worker.call("generate", {}, params)["outputs"]
-        return {k: (np.asarray(v) if k in ("token_ids", "lengths", "logprobs", "prompt_logprobs", "logits") else float(v)) for k, v in out.items()}
+        arrays = ("token_ids", "lengths", "logprobs", "prompt_logprobs", "logits", "support")
+        return {k: (np.asarray(v) if k in arrays else float(v)) for k, v in out.items()}
 
     def reload_weights(self, model: str, weights_version: int) -> float:
         """Load the weights now in the folder ``model`` (version ``weights_version``) into the running engine

@@ -44,7 +44,7 @@ def _engine(model: str, dtype: str, mode: str, max_model_len: int) -> Any:
 def generate(tensors: dict[str, Any], *, model: str, dtype: str, logprobs_mode: str, prompts: list[list[int]],
              max_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float, seed: int,
              max_model_len: int = 64, stop_token_ids: list[int] | None = None,
-             weights_version: int = 0) -> dict[str, Any]:
+             weights_version: int = 0, support: bool = False) -> dict[str, Any]:
     """Generate ``max_tokens`` tokens from each prompt (``ignore_eos``: every completion has that length).
     ``weights_version`` is not used here: it makes the request of another weights version another request for
     the worker's answer cache. With ``stop_token_ids`` a request ends at the first of them (included in its tokens) or at ``max_tokens``,
@@ -52,17 +52,21 @@ def generate(tensors: dict[str, Any], *, model: str, dtype: str, logprobs_mode: 
     Returns ``token_ids`` [N, max_tokens] int64 (0 past a request's end), ``lengths`` [N], ``logprobs`` [N, max_tokens] (the sampled tokens' reported
     values: log-probs, or raw logits in ``raw_logits`` mode), ``prompt_logprobs`` [N, P] (0 in column 0, which
     nothing predicts), ``logits`` ([N, max_tokens, V]: in ``raw_logits`` mode every token's raw logit at every
-    step, the values the sampler started from; empty otherwise), ``start_s`` (the engine's start-up when this
-    call started it, else 0) and ``generate_s``."""
+    step, the values the sampler started from; empty otherwise), ``support`` ([N, max_tokens, V] bool, with
+    ``support=True`` in ``processed_logprobs`` mode: the tokens whose processed log-prob is finite at each step, the
+    set the sampler drew from; empty otherwise), ``start_s`` (the engine's start-up when this call started it,
+    else 0) and ``generate_s``."""
     import numpy as np
     from vllm import SamplingParams
 
     started = _ENGINE["key"] != (model, dtype, logprobs_mode, max_model_len)
     llm = _engine(model, dtype, logprobs_mode, max_model_len)
     full = logprobs_mode == "raw_logits"  # every token's raw logit at every step (logprobs=-1: the vocabulary)
+    support = support and logprobs_mode == "processed_logprobs"  # every token's processed log-prob: -inf if cut
     stops = {} if stop_token_ids is None else {"stop_token_ids": list(stop_token_ids)}
     params = [SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed + i,
-                             max_tokens=max_tokens, logprobs=-1 if full else 0, prompt_logprobs=0, detokenize=False,
+                             max_tokens=max_tokens, logprobs=-1 if full or support else 0, prompt_logprobs=0,
+                             detokenize=False,
                              ignore_eos=stop_token_ids is None, **stops)
               for i in range(len(prompts))]
     t0 = time.perf_counter()
@@ -74,6 +78,7 @@ def generate(tensors: dict[str, Any], *, model: str, dtype: str, logprobs_mode: 
     plp = np.zeros((len(prompts), max(len(p) for p in prompts)), dtype=np.float64)
     vocab = llm.llm_engine.model_config.get_vocab_size()
     logits = np.zeros((len(prompts), max_tokens, vocab) if full else (0,), dtype=np.float64)
+    kept = np.zeros((len(prompts), max_tokens, vocab) if support else (0,), dtype=bool)
     for i, o in enumerate(outs):
         c = o.outputs[0]
         n = lengths[i] = len(c.token_ids)
@@ -82,10 +87,14 @@ def generate(tensors: dict[str, Any], *, model: str, dtype: str, logprobs_mode: 
         if full:
             for j, entries in enumerate(c.logprobs):
                 logits[i, j] = [entries[v].logprob for v in range(vocab)]
+        if support:
+            for j, entries in enumerate(c.logprobs):
+                kept[i, j] = [np.isfinite(entries[v].logprob) for v in range(vocab)]
         for j, (tok, entry) in enumerate(zip(prompts[i], o.prompt_logprobs)):
             if entry is not None:
                 plp[i, j] = entry[tok].logprob
     return {"token_ids": ids, "lengths": lengths, "logprobs": lp, "prompt_logprobs": plp, "logits": logits,
+            "support": kept,
             "start_s": np.float64(_ENGINE["start_s"] if started else 0.0), "generate_s": np.float64(gen_s)}
 
 

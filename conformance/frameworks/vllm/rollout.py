@@ -8,7 +8,9 @@ starts instead of the transformers :class:`~refimpl.trainer.actors.RolloutWorker
 float32 copy of the policy, writes it into the folder (``save_pretrained``, safetensors) and has the running engine
 read it (``LLM.collective_rpc("reload_weights")``, no restart); ``timings`` report the write and the reload.
 Sampling: the step's prompts (the synchronous trainer's), ``group_size`` requests each, seeded from the step,
-temperature ``cfg.temperature`` without truncation, ending at EOS; the behaviour log-probs are vLLM's
+temperature ``cfg.temperature`` truncated by ``cfg.top_k`` / ``cfg.top_p`` (none by default), ending at EOS; with
+``keep_sampling_mask`` (or ``engine_check`` under truncation) the set each token was drawn from is recorded too;
+the behaviour log-probs are vLLM's
 ``processed_logprobs`` (the log-prob under the distribution each token was drawn from, in the engine's dtype
 ``actor_dtype``), or with ``engine_logprobs="raw_logprobs"`` vLLM's default raw ones (untempered: wrong at T != 1,
 which ``--verify`` reports). With ``engine_check`` the actor also returns its own transformers forward of the batch (float32,
@@ -82,9 +84,13 @@ class VllmRolloutWorker:
         prompts = sample_prompts(self.task, cfg.seed, step, cfg.prompts_per_step)
         requests = [self.task.prompt_ids(d) for d in prompts for _ in range(cfg.group_size)]
         seed = derived_seed(cfg.seed, step, 0, 0x5A3) % (2 ** 31)
+        truncated = cfg.top_k > 0 or cfg.top_p < 1.0
+        want_support = cfg.keep_sampling_mask or (cfg.engine_check and truncated)
         out = self.engine.generate(str(self.folder), requests, dtype=cfg.actor_dtype, logprobs_mode=cfg.engine_logprobs,
-                                   max_tokens=int(cfg.max_new_tokens), temperature=float(cfg.temperature), seed=seed,
-                                   stop_token_ids=[self.task.eos_id], weights_version=self.version, max_model_len=self.max_len)
+                                   max_tokens=int(cfg.max_new_tokens), temperature=float(cfg.temperature),
+                                   top_k=int(cfg.top_k), top_p=float(cfg.top_p), seed=seed,
+                                   stop_token_ids=[self.task.eos_id], weights_version=self.version,
+                                   max_model_len=self.max_len, support=want_support)
         self.started = True
         if out["start_s"]:
             self.timings["engine_start_s"] = out["start_s"]
@@ -92,12 +98,14 @@ class VllmRolloutWorker:
         n, L = len(requests), int(cfg.max_new_tokens)
         completion = torch.full((n, L), self.task.pad_id, dtype=torch.long)
         behav = torch.zeros((n, L), dtype=torch.float32)
+        kept = torch.from_numpy(out["support"]) if want_support else None
         for i, length in enumerate(out["lengths"].tolist()):
             completion[i, :length] = torch.from_numpy(out["token_ids"][i, :length])
             behav[i, :length] = torch.from_numpy(out["logprobs"][i, :length]).float()
-        batch = layout_batch(self.task, prompts, cfg.group_size, completion, behav, device=torch.device("cpu"))
+        batch = layout_batch(self.task, prompts, cfg.group_size, completion, behav, device=torch.device("cpu"),
+                             support=kept)
         fields = {k: getattr(batch, k) for k in ("input_ids", "attention_mask", "position_ids", "mask", "rewards",
-                                                 "correct", "completion_lengths", "truncated", "behav_logp")}
+                                                 "correct", "completion_lengths", "truncated", "behav_logp", "support")}
         if cfg.engine_check:
             fields["behav_check_logits"] = self._forward(self.lm, batch)
             if self.half is None:  # once per weights version, not per batch
