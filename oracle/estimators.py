@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 SINGLETONS = ("zero", "raw")
+GPG_ALPHAS = ("groups", "nonzero_rewards")
 
 
 def _mean(values: list[float]) -> float:
@@ -425,33 +426,44 @@ def maxrl_advantages(rewards, group_size, *, eps=1e-6, singleton="zero"):
 # ----------------------------------------------------------------------------------------------
 
 
-def gpg_advantages(rewards, group_size, *, singleton="zero"):
-    """GPG: the group-centred reward scaled by α = B / (number of non-zero rewards in the batch).
+def gpg_advantages(rewards, group_size, *, singleton="zero", alpha="groups"):
+    """GPG: the group-centred reward scaled by α = B / (B − M), M the samples that carry no signal.
 
-    Spec: adv.gpg (v1), added by spec v1.1
-    Equation (group g, μ_g its mean reward, over the whole batch of B rewards):
-        M = #{i : r_i ≠ 0},   α = B / max(M, 1)
+    Spec: adv.gpg (v1), added by spec v1.1, α corrected to the paper's code in v1.2
+    Equation (group g of G members, μ_g its mean reward, over the whole batch of B rewards):
+        alpha="groups" (the paper's code):   M = G · #{groups whose rewards all equal each other}
+        alpha="nonzero_rewards" (verl):       M = #{i : r_i = 0}
+        α = B / (B − M) if M < B, else 1
         A_i = α · (r_i − μ_g)     (G = 1: "zero" follows the formula, A = 0; "raw" (verl) takes μ = 0)
     Source: Chu et al., "GPG: A Simple and Strong Reinforcement Learning Baseline for Model
-        Reasoning", arXiv:2504.02546 (the scaled group-relative advantage); the count of non-zero
-        rewards is verl's ``gpg`` (core_algos.py:812-814), the only implementation installed.
+        Reasoning", arXiv:2504.02546; AMAP-ML/GPG open-r1/src/open_r1/gpg_trainer.py (e096da8):
+        inverse_alpha = (#groups − #groups with zero std) / #groups (:541-554, :625); verl's ``gpg``
+        (core_algos.py:810-811, 0.9.1) counts non-zero rewards.
     Shapes: rewards [B], group_size G dividing B -> [B] float64.
-    Edge cases: every reward 0 gives M = 0, α = B and A = 0; an all-equal group gives 0 exactly;
-        α is a batch statistic (call on the gathered batch to reproduce a multi-rank trainer).
+    Edge cases: M = B (no signal anywhere: every group all-equal, or every reward 0) gives α = 1 and
+        A = 0; an all-equal group gives 0 exactly; a group of one is all-equal; α is a batch statistic
+        (call on the gathered batch to reproduce a multi-rank trainer).
     """
     fn = "gpg_advantages"
     r = check_sequence_array(fn, "rewards", rewards)
     G = check_group_size(fn, group_size, r.shape[0])
     singleton = check_choice(fn, "singleton", singleton, SINGLETONS)
+    alpha = check_choice(fn, "alpha", alpha, GPG_ALPHAS)
     r = to_float64(r)
     B = r.shape[0]
-    M = sum(1 for i in range(B) if r[i] != 0)
-    alpha = B / max(M, 1)
+    if alpha == "groups":
+        M = 0
+        for members in _groups(B, G):
+            if all(r[i] == r[members[0]] for i in members):
+                M += G
+    else:
+        M = sum(1 for i in range(B) if r[i] == 0)
+    a = B / (B - M) if M < B else 1.0
     A = np.zeros(B, dtype=np.float64)
     for members in _groups(B, G):
         mu_g = 0.0 if (G == 1 and singleton == "raw") else _mean([r[i] for i in members])
         for i in members:
-            A[i] = alpha * (r[i] - mu_g)
+            A[i] = a * (r[i] - mu_g)
     return A
 
 

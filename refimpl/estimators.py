@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 SINGLETONS = ("zero", "raw")
+GPG_ALPHAS = ("groups", "nonzero_rewards")
 
 
 def _safe_divide(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
@@ -317,18 +318,26 @@ def maxrl_advantages(rewards: torch.Tensor, group_size: int, *, eps: float = 1e-
 
 
 @torch.no_grad()
-def gpg_advantages(rewards: torch.Tensor, group_size: int, *, singleton: str = "zero") -> torch.Tensor:
-    """Spec: adv.gpg. A = α·(r − μ_g), α = B / max(#non-zero rewards, 1)."""
+def gpg_advantages(rewards: torch.Tensor, group_size: int, *, singleton: str = "zero",
+                   alpha: str = "groups") -> torch.Tensor:
+    """Spec: adv.gpg. A = α·(r − μ_g), α = B / (B − M); M = the members of all-equal groups ("groups") or the
+    zero rewards ("nonzero_rewards", verl); α = 1 when M = B."""
     fn = "gpg_advantages"
     r = check_sequence_array(fn, "rewards", rewards)
     G = check_group_size(fn, group_size, r.shape[0])
     singleton = check_choice(fn, "singleton", singleton, SINGLETONS)
+    alpha = check_choice(fn, "alpha", alpha, GPG_ALPHAS)
     out_dtype, cdt = compute_dtypes(r)
     B = r.shape[0]
-    alpha = B / max(int(torch.count_nonzero(r)), 1)
+    if alpha == "groups":
+        grouped = r.view(-1, G)
+        M = G * int((grouped == grouped[:, :1]).all(dim=1).sum())
+    else:
+        M = B - int(torch.count_nonzero(r))
+    scale = B / (B - M) if M < B else 1.0
     x = r.to(cdt)
     centered = x if (G == 1 and singleton == "raw") else _centered(x.view(-1, G), 1)[0].reshape(-1)
-    return (alpha * centered).to(out_dtype)
+    return (scale * centered).to(out_dtype)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from conformance.records.inputs import (
     Inputs, batch_dims, group_dims, group_rewards, logprobs_like, ragged_mask,
 )
 from conformance.records.keywords import (
-    ALIGN, BASELINE_LEVEL, BATCH_NORMALIZE, EPS, GAMMA, GAP, PASSK_SCALE, REWARD_WEIGHTS, SINGLETON,
+    ALIGN, BASELINE_LEVEL, BATCH_NORMALIZE, EPS, GAMMA, GAP, GPG_ALPHA, PASSK_SCALE, REWARD_WEIGHTS, SINGLETON,
     STD_DDOF, TAIL_LENGTH, ZERO_TAIL,
 )
 from conformance.records.record import Arg, Quantity
@@ -534,7 +534,7 @@ def _gpg_advantages_inputs(rng: np.random.Generator) -> Inputs:
     B, G = group_dims(rng)
     return (
         {"rewards": group_rewards(rng, B, G), "group_size": G},
-        {"singleton": str(rng.choice(["zero", "raw"]))},
+        {"singleton": str(rng.choice(["zero", "raw"])), "alpha": str(rng.choice(["groups", "nonzero_rewards"]))},
     )
 
 
@@ -543,21 +543,40 @@ def _gpg(rewards, G, **kw):
 
 
 add("gpg_advantages/worked-example",
-    "G = 4, 4 non-zero rewards out of 8: alpha = 2 times the group-centred rewards",
+    "G = 4, one group of two (1, 0, 0, 0 and 1, 1, 1, 0), none all-equal: alpha = 1, the group-centred rewards",
     _gpg([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0], 4),
+    expect=f64([0.75, -0.25, -0.25, -0.25, 0.25, 0.25, 0.25, -0.75]))
+add("gpg_advantages/paper-vs-verl-alpha",
+    "rewards [1, 0 | 1, 1 | 0, 0], G = 2: two of three groups all-equal, paper alpha = 6 / 2 = 3",
+    _gpg([1.0, 0.0, 1.0, 1.0, 0.0, 0.0], 2), expect=f64([1.5, -1.5, 0.0, 0.0, 0.0, 0.0]))
+add("gpg_advantages/paper-vs-verl-alpha-nonzero",
+    "the same rewards with verl's count: three non-zero rewards of six, alpha = 2",
+    _gpg([1.0, 0.0, 1.0, 1.0, 0.0, 0.0], 2, alpha="nonzero_rewards"), expect=f64([1.0, -1.0, 0.0, 0.0, 0.0, 0.0]))
+add("gpg_advantages/nonzero-worked-example",
+    "verl's count: 4 non-zero rewards out of 8, alpha = 2 times the group-centred rewards",
+    _gpg([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0], 4, alpha="nonzero_rewards"),
     expect=f64([1.5, -0.5, -0.5, -0.5, 0.5, 0.5, 0.5, -1.5]))
 add("gpg_advantages/no-zero-rewards",
-    "no zero reward: alpha = 1, the Dr. GRPO advantage",
+    "no all-equal group and no zero reward: alpha = 1 in both counts, the Dr. GRPO advantage",
     _gpg([1.0, 2.0, 0.5, 1.5], 2), expect=f64([-0.5, 0.5, -0.5, 0.5]))
 add("gpg_advantages/all-zero",
-    "every reward 0: alpha = B and every advantage 0",
+    "every reward 0: no signal anywhere, alpha = 1 and every advantage 0",
     _gpg([0.0, 0.0, 0.0, 0.0], 2), expect=np.zeros(4))
+add("gpg_advantages/all-groups-equal",
+    "every group all-equal but not zero: M = B, alpha = 1, every advantage exactly 0",
+    _gpg([0.5, 0.5, 2.0, 2.0], 2), expect=np.zeros(4))
 add("gpg_advantages/alpha-counts-the-batch",
-    "alpha = 6 / 1: one non-zero reward in the batch scales every group, the all-zero ones giving 0",
-    _gpg([0.0, 0.0, 0.0, 0.0, 1.0, 0.0], 2), expect=f64([0.0, 0.0, 0.0, 0.0, 3.0, -3.0]))
+    "alpha = 6 / 2: one group with a signal scales by the batch, the all-equal ones giving 0",
+    _gpg([0.0, 0.0, 0.0, 0.0, 1.0, 0.0], 2), expect=f64([0.0, 0.0, 0.0, 0.0, 1.5, -1.5]))
+add("gpg_advantages/alpha-counts-the-batch-nonzero",
+    "verl's count, alpha = 6 / 1: one non-zero reward in the batch",
+    _gpg([0.0, 0.0, 0.0, 0.0, 1.0, 0.0], 2, alpha="nonzero_rewards"), expect=f64([0.0, 0.0, 0.0, 0.0, 3.0, -3.0]))
 add("gpg_advantages/singleton-raw",
-    "G = 1, singleton 'raw' (verl): alpha * r, alpha = 3 / 2",
-    _gpg([1.0, 0.0, -2.0], 1, singleton="raw"), expect=f64([1.5, 0.0, -3.0]))
+    "G = 1, singleton 'raw', verl's count: alpha * r, alpha = 3 / 2",
+    _gpg([1.0, 0.0, -2.0], 1, singleton="raw", alpha="nonzero_rewards"), expect=f64([1.5, 0.0, -3.0]))
+add("gpg_advantages/singleton-raw-groups",
+    "G = 1, singleton 'raw', the paper's count: every group of one is all-equal, alpha = 1, A = r",
+    _gpg([1.0, 0.0, -2.0], 1, singleton="raw"), expect=f64([1.0, 0.0, -2.0]))
 
 
 GPG_ADVANTAGES = Quantity(
@@ -565,10 +584,10 @@ GPG_ADVANTAGES = Quantity(
     "adv.gpg",
     returns="`[B]`",
     args=(Arg("rewards", "[B]", "seq", constant=True), Arg("group_size", "int", "group")),
-    keywords=(SINGLETON("zero"),),
+    keywords=(SINGLETON("zero"), GPG_ALPHA("groups")),
     inputs=_gpg_advantages_inputs,
     invariants=("group_permutation",),
-    variants={"singleton": ("zero", "raw")},
+    variants={"singleton": ("zero", "raw"), "alpha": ("groups", "nonzero_rewards")},
     golden=entries("gpg_advantages"),
     golden_seeds=(1, 2, 3),
     preset_inputs=lambda preset, **kw: _gpg([1.0, 0.0, -2.0], 1, **kw),

@@ -44,6 +44,8 @@ MISMATCH_AGG = choice("agg", "token_mean", "seq_mean_token_mean")
 BASELINE = choice("baseline", "none", "batch_mean")
 SINGLETON = choice("singleton", "zero", "raw", doc="a group of one: advantage 0 or its raw score")
 SCALE = choice("scale", "group", "batch", "none")
+GPG_ALPHA = choice("alpha", "groups", "nonzero_rewards",
+                   doc="what GPG's alpha = B / (B - M) counts in M: members of all-equal groups, or zero rewards")
 PASSK_SCALE = choice("scale", "group", "none")
 STD_DDOF = integer("std_ddof", -1)
 EPS = real("eps", -1e-6)

@@ -787,9 +787,14 @@ def maxrl_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray,
 
 
 def gpg_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:
-    r = a["rewards"]
-    alpha = r.size / max(np.count_nonzero(r), 1)
-    return (alpha * _group_dev(r, a["group_size"], kw.get("singleton", "zero")),)
+    r, G = a["rewards"], a["group_size"]
+    if kw.get("alpha", "groups") == "groups":  # members of groups whose max equals their min
+        grouped = r.reshape(-1, G)
+        no_signal = G * int(np.sum(grouped.max(axis=1) == grouped.min(axis=1)))
+    else:
+        no_signal = r.size - np.count_nonzero(r)
+    alpha = r.size / (r.size - no_signal) if no_signal < r.size else 1.0
+    return (alpha * _group_dev(r, G, kw.get("singleton", "zero")),)
 
 
 def optimal_token_baseline_advantages(a: dict[str, Any], kw: dict[str, Any]) -> tuple[np.ndarray, ...]:

@@ -108,7 +108,8 @@ CORE = {  # core-API rows as `rlspec check --seed 0 --n-seeds 8` runs them (gold
     'opo_advantages': 'preset',
     # grpo_passk: topk(2), unbiased std + 1e-6, norm_adv_by_std_in_grpo from the AlgoConfig: canonical
     'grpo_passk_advantages': 'pass',
-    # gpg: alpha = B / count_nonzero, mean 0 for a one-sample group (:817-818): preset verl; a float64
+    # gpg: alpha = B / count_nonzero (the paper counts groups with a spread), mean 0 for a one-sample group
+    # (:817-818): preset verl (alpha='nonzero_rewards', singleton='raw'); a float64
     # precision finding (alpha is a float32 tensor)
     'gpg_advantages': 'preset',
     # optimal_token_baseline (align='position') / tir_optimal_token_baseline ('valid_token') with
@@ -360,6 +361,14 @@ def test_finding_singleton_groups(adapter):
     assert abs(adapter.outcome_advantages("grpo", r, 1)[0] - 1.0) > 1e-7  # not the spec's "raw" (A = r)
     np.testing.assert_array_equal(adapter.outcome_advantages("rloo", r, 1), r)
     np.testing.assert_array_equal(adapter.outcome_advantages("rloo_vectorized", r, 1), [0.0, 0.0])
+
+
+@pytest.mark.frameworks
+def test_finding_gpg_alpha_counts_nonzero_rewards(adapter):
+    """[1, 0 | 1, 1 | 0, 0], G = 2 (the issue's vector): verl's alpha = 6 / 3 non-zero rewards = 2, where the GPG
+    authors' code counts the two all-equal groups, alpha = 6 / 2 = 3 (by hand)."""
+    A = adapter.gpg_advantages(np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.0]), 2)
+    np.testing.assert_allclose(A, [1.0, -1.0, 0.0, 0.0, 0.0, 0.0], rtol=1e-6)  # not the paper's [1.5, -1.5, 0...]
 
 
 @pytest.mark.frameworks

@@ -204,11 +204,19 @@ def test_maxrl_weights_hard_prompts_by_the_inverse_pass_rate():
     _close(oracle.maxrl_advantages(np.array([1.0, 0.0]), 1, singleton="raw"), [1.0, 0.0])
 
 
-def test_gpg_alpha_counts_non_zero_rewards_of_the_batch():
-    _close(oracle.gpg_advantages(np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]), 4), [1.5, -0.5, -0.5, -0.5, 0.5, 0.5, 0.5, -1.5])
-    _close(oracle.gpg_advantages(np.array([0.0, 0.0, 0.0, 0.0, 1.0, 0.0]), 2), [0, 0, 0, 0, 3.0, -3.0])
+def test_gpg_alpha_counts_the_members_of_all_equal_groups_as_the_papers_code_does():
+    """AMAP-ML/GPG gpg_trainer.py: 1 / alpha = (#groups - #groups with zero std) / #groups; the issue's vector."""
+    r = np.array([1.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    _close(oracle.gpg_advantages(r, 2), [1.5, -1.5, 0, 0, 0, 0])  # alpha = 3
+    _close(oracle.gpg_advantages(r, 2, alpha="nonzero_rewards"), [1.0, -1.0, 0, 0, 0, 0])  # verl: alpha = 2
+    _close(oracle.gpg_advantages(np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]), 4, alpha="nonzero_rewards"),
+           [1.5, -0.5, -0.5, -0.5, 0.5, 0.5, 0.5, -1.5])
+    _close(oracle.gpg_advantages(np.array([0.0, 0.0, 0.0, 0.0, 1.0, 0.0]), 2), [0, 0, 0, 0, 1.5, -1.5])
     assert not oracle.gpg_advantages(np.zeros(4), 2).any()
-    _close(oracle.gpg_advantages(np.array([1.0, 0.0, -2.0]), 1, singleton="raw"), [1.5, 0.0, -3.0])
+    assert not oracle.gpg_advantages(np.array([0.5, 0.5, 2.0, 2.0]), 2).any()  # no signal: alpha 1, A 0
+    _close(oracle.gpg_advantages(np.array([1.0, 0.0, -2.0]), 1, singleton="raw", alpha="nonzero_rewards"),
+           [1.5, 0.0, -3.0])
+    _close(oracle.gpg_advantages(np.array([1.0, 0.0, -2.0]), 1, singleton="raw"), [1.0, 0.0, -2.0])
 
 
 def test_rloo_singleton_raw_is_verls_loop_form():

@@ -40,10 +40,10 @@ PRESETS: tuple[Preset, ...] = (
         '"opo" (:639-690): the baseline of a one-sample group is 0 (:678-679).',
     ),
     Preset(
-        "gpg_advantages", {"singleton": "raw"},
-        '"gpg" (:770-830): alpha = bsz / count_nonzero(scores).clamp(min=1) (:810-811), mean 0 for a '
-        "one-sample group (:817-818); f_norm = 1 (the trainer never passes it, "
-        "ray_trainer.py:250-279).",
+        "gpg_advantages", {"singleton": "raw", "alpha": "nonzero_rewards"},
+        '"gpg" (:770-830): alpha = bsz / count_nonzero(scores).clamp(min=1) (:810-811), the non-zero '
+        "rewards where the paper's code counts the members of groups with a reward spread; mean 0 for a "
+        "one-sample group (:817-818); f_norm = 1 (the trainer never passes it, ray_trainer.py:250-279).",
     ),
     # Canonical, so absent: reinforce_pp_advantages ("reinforce_plus_plus", :693-731: the running
     # return skips masked positions, :720-726, then masked_whiten; gamma = algorithm.gamma);

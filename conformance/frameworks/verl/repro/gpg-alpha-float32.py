@@ -8,7 +8,7 @@ not a short binary fraction (4/3 below). The right quantity; verl's trainer hold
 
 Run: pip install verl==0.9.1 torch numpy; python gpg-alpha-float32.py
 
-Expected (spec adv.gpg, float64, by hand): one group of four with scores [1, 2, 3, 0]: alpha = 4 / 3 (three
+Expected (spec adv.gpg, alpha="nonzero_rewards" (preset verl), float64, by hand): one group of four with scores [1, 2, 3, 0]: alpha = 4 / 3 (three
 non-zero scores), mean 1.5, A = alpha (r - mean) = [-0.666666666667, 0.666666666667, 2.0, -2.0] to 12 digits.
 
 Actual:

@@ -14,7 +14,7 @@ Run: pip install verl==0.9.1 torch numpy; python singleton-groups-keep-raw-score
 Expected (spec adv.grpo / adv.reinforce_pp_baseline / adv.opo / adv.gpg, singleton="zero", by hand): two groups of
 one with scores 1 and 2 (one response token each) have no other member to compare with: every advantage 0
 (REINFORCE++-baseline whitens those zeros: still 0). With singleton="raw": [1, 2] (GRPO [1/(1+1e-6), 2/(1+1e-6)],
-GPG alpha = 2/2 = 1), and REINFORCE++-baseline whitens [1, 2] to [-0.7071, 0.7071].
+GPG alpha = 2/2 = 1 in both of the spec's alpha counts), and REINFORCE++-baseline whitens [1, 2] to [-0.7071, 0.7071].
 
 Actual:
     grpo: [1.0, 2.0]
